@@ -1,0 +1,115 @@
+"""The actions a checkpointing schedule is made of.
+
+A schedule is an iterable of these immutable values. The runtime interprets them, the validator
+(:func:`schedules.simulate`) replays them abstractly and the performance model prices them, so all
+three see the same order of work.
+
+States are named by their step: ``u_t`` is the state before forward step ``t``; ``u_0`` is the
+initial state and ``u_n`` the final one. The *live* state is the one the user's forward operator
+works on.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = [
+    "Tier",
+    "Action",
+    "Advance",
+    "Store",
+    "Prefetch",
+    "Load",
+    "Free",
+    "Reverse",
+    "EndForward",
+    "EndReverse",
+]
+
+
+class Tier(enum.Enum):
+    """Where a stored state lives."""
+
+    #: Fast, small memory beside the computation (a preallocated buffer slot).
+    L1 = "L1"
+    #: Large, slow storage behind it (host DRAM, a ramdisk, an SSD), reached asynchronously.
+    L2 = "L2"
+
+    def __repr__(self) -> str:
+        return f"Tier.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Advance:
+    """Advance the live state from ``u_start`` to ``u_end`` with the forward operator.
+
+    Read as ``fwd.apply(t_start=start, t_end=end)``; it costs ``end - start`` forward steps.
+    """
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Copy the live state, which must be ``u_step``, into ``tier``.
+
+    On ``Tier.L2`` the copy is a write that completes in the background.
+    """
+
+    step: int
+    tier: Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Prefetch:
+    """Start reading ``u_step`` back from Level-2 into a Level-1 prefetch buffer.
+
+    The read proceeds in the background; a later ``Load(step, Tier.L2)`` waits for it. The
+    prefetched copy stays in its buffer, so further loads of the same step cost a memory copy
+    only, until ``Free(step, Tier.L2)`` releases both.
+    """
+
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """Make the live state ``u_step`` by copying it from ``tier``.
+
+    From ``Tier.L2`` the step must have been prefetched; the load waits for that read.
+    """
+
+    step: int
+    tier: Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """Drop the copy of ``u_step`` held in ``tier`` (and its prefetch buffer, on Level-2)."""
+
+    step: int
+    tier: Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Reverse:
+    """Run the adjoint of forward step ``step``: ``rev.apply(t_start=step, t_end=step + 1)``.
+
+    It must directly follow its taping step, an ``Advance`` that ended at ``step + 1``.
+    """
+
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndForward:
+    """The forward sweep is over: the live state is ``u_n``. ``apply_forward()`` returns here."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndReverse:
+    """The reverse sweep is over: every step has been reversed and nothing is left stored."""
+
+
+Action = Advance | Store | Prefetch | Load | Free | Reverse | EndForward | EndReverse

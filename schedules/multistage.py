@@ -1,0 +1,159 @@
+"""Two-level schedules: every I-th state is kept on an outer tier, each interval is reversed inside.
+
+:class:`AsyncMultistage` is the strategy of 002_c6c95f1406dc9ab0.txt: interval starts stream to
+Level-2 during the forward sweep, come back by prefetch one interval ahead of need, and each
+interval is reversed by Revolve in the Level-1 slots. :class:`Chen` is the sqrt(n) segment
+schedule of Chen et al. (000_31f7f4190671a295.txt), all in Level-1.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from ._args import check_int
+from .actions import Action, Advance, EndReverse, Free, Prefetch, Store, Tier
+from .revolve import mark_end_forward, optimal_recomputations, reverse_range
+
+__all__ = ["AsyncMultistage", "Chen", "two_level_forward_steps"]
+
+
+def two_level_forward_steps(n_steps: int, interval: int, l1_slots: int) -> float:
+    """Return the synchronous two-level total F = n + (n / I) (I + p(I, s + 1)) of REFERENCE.md.
+
+    :class:`AsyncMultistage` never exceeds it and beats it by reusing the forward sweep's last
+    interval.
+    """
+    n_steps = check_int("n_steps", n_steps, 1)
+    interval = check_int("interval", interval, 1, n_steps)
+    l1_slots = check_int("l1_slots", l1_slots, 1)
+    return n_steps + n_steps / interval * (interval + optimal_recomputations(interval, l1_slots + 1))
+
+
+class AsyncMultistage:
+    """Asynchronous multistage checkpointing as a schedule.
+
+    Parameters
+    ----------
+    n_steps : int
+        Number of forward steps n (>= 1).
+    interval : int
+        I, 1 <= I <= n: u_0, u_I, u_2I, ... go to Level-2 during the forward sweep. A last interval
+        shorter than I is reversed exactly.
+    l1_slots : int
+        Level-1 slots s (>= 1) for Revolve inside an interval; the interval's start, prefetched from
+        Level-2, acts as one more.
+
+    Notes
+    -----
+    Level-1 also needs two prefetch buffers (``prefetch_slots``): the start of the interval being
+    reversed and the start of the next one, read while this one is reversed.
+    """
+
+    #: Prefetch buffers the schedule holds at once.
+    prefetch_slots = 2
+
+    def __init__(self, n_steps: int, interval: int, l1_slots: int) -> None:
+        self.n_steps = check_int("n_steps", n_steps, 1)
+        self.interval = check_int("interval", interval, 1, self.n_steps)
+        self.l1_slots = check_int("l1_slots", l1_slots, 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncMultistage(n_steps={self.n_steps}, interval={self.interval}, "
+            f"l1_slots={self.l1_slots})"
+        )
+
+    def get_config(self) -> dict[str, int | str]:
+        """Return the constructor's arguments as a plain dict (JSON-ready)."""
+        return {
+            "name": "AsyncMultistage",
+            "n_steps": self.n_steps,
+            "interval": self.interval,
+            "l1_slots": self.l1_slots,
+        }
+
+    @property
+    def l2_states(self) -> int:
+        """Most states on Level-2 at once (the interval starts written by the forward sweep)."""
+        return len(self._starts())
+
+    def _starts(self) -> range:
+        return range(0, self.n_steps, self.interval)
+
+    def __iter__(self) -> Iterator[Action]:
+        n, snaps = self.n_steps, self.l1_slots + 1
+        starts = self._starts()
+        last = starts[-1]
+        # A last interval of one step never reloads its start: its only reverse step is taped by
+        # the forward sweep's last call.
+        keep_last = n - last > 1
+        for start in starts[:-1]:
+            yield Store(start, Tier.L2)
+            yield Advance(start, start + self.interval)
+        if keep_last:
+            yield Store(last, Tier.L2)
+        ahead = (Prefetch(last),) if keep_last else ()
+        if len(starts) > 1:
+            ahead += (Prefetch(starts[-2]),)
+        stored = {last: Tier.L2}
+        yield from mark_end_forward(reverse_range(last, n, snaps, stored, live=last), n, ahead)
+        if keep_last:
+            yield Free(last, Tier.L2)
+        for k in range(len(starts) - 2, -1, -1):
+            start = starts[k]
+            if k > 0:
+                yield Prefetch(starts[k - 1])
+            stored = {start: Tier.L2}
+            yield from reverse_range(start, start + self.interval, snaps, stored, live=None)
+            yield Free(start, Tier.L2)
+        yield EndReverse()
+
+
+class Chen:
+    """Chen et al.'s sqrt(n) segment schedule, all in Level-1.
+
+    The forward sweep keeps the start of every segment; each segment is then replayed once, keeping
+    all of its states, and reversed. Level-1 holds about 2 sqrt(n) states; the forward work is one
+    extra forward sweep.
+
+    Parameters
+    ----------
+    n_steps : int
+        Number of forward steps n (>= 1).
+    segment : int, optional
+        Segment length, 1 <= segment <= n; ``ceil(sqrt(n))`` by default.
+    """
+
+    def __init__(self, n_steps: int, segment: int | None = None) -> None:
+        self.n_steps = check_int("n_steps", n_steps, 1)
+        if segment is None:
+            segment = math.isqrt(self.n_steps - 1) + 1
+        self.segment = check_int("segment", segment, 1, self.n_steps)
+
+    def __repr__(self) -> str:
+        return f"Chen(n_steps={self.n_steps}, segment={self.segment})"
+
+    def get_config(self) -> dict[str, int | str]:
+        """Return the constructor's arguments as a plain dict (JSON-ready)."""
+        return {"name": "Chen", "n_steps": self.n_steps, "segment": self.segment}
+
+    @property
+    def l1_slots(self) -> int:
+        """Level-1 slots used at most: every segment start plus one segment's states."""
+        return len(range(0, self.n_steps, self.segment)) + self.segment - 1
+
+    def __iter__(self) -> Iterator[Action]:
+        n, seg = self.n_steps, self.segment
+        starts = range(0, n, seg)
+        for start in starts[:-1]:
+            yield Store(start, Tier.L1)
+            yield Advance(start, start + seg)
+        last = starts[-1]
+        yield Store(last, Tier.L1)
+        stored = {last: Tier.L1}
+        yield from mark_end_forward(reverse_range(last, n, n - last, stored, live=last), n)
+        yield Free(last, Tier.L1)
+        for start in reversed(starts[:-1]):
+            yield from reverse_range(start, start + seg, seg, {start: Tier.L1}, live=None)
+            yield Free(start, Tier.L1)
+        yield EndReverse()

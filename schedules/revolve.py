@@ -1,0 +1,162 @@
+"""Revolve: the optimal single-level binomial checkpointing schedule (Griewank & Walther, 2000).
+
+The schedule is generated from the closed form of Algorithm 799: each split point is computed in
+O(repetition number) from binomial coefficients, never by a dynamic program, so generating the
+schedule costs O(number of actions).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from ._args import check_int
+from .actions import Action, Advance, EndForward, EndReverse, Free, Load, Reverse, Store, Tier
+
+__all__ = [
+    "Revolve",
+    "reverse_range",
+    "mark_end_forward",
+    "repetition_number",
+    "optimal_recomputations",
+    "optimal_forward_steps",
+]
+
+
+def repetition_number(n_steps: int, snaps: int) -> int:
+    """Return t = min{t : C(snaps + t, snaps) >= n_steps}, the number of times the busiest step runs
+    beyond the first in an optimal schedule."""
+    n_steps = check_int("n_steps", n_steps, 1)
+    snaps = check_int("snaps", snaps, 1)
+    reps, beta = 0, 1
+    while beta < n_steps:
+        reps += 1
+        beta = beta * (snaps + reps) // reps
+    return reps
+
+
+def optimal_recomputations(n_steps: int, snaps: int) -> int:
+    """Return p(n, s) = t n - C(s + t, t - 1): the forward steps an optimal schedule adds to the
+    forward sweep's ``n`` (taping steps included)."""
+    reps = repetition_number(n_steps, snaps)
+    if reps == 0:
+        return 0
+    beta = 1
+    for r in range(1, reps + 1):
+        beta = beta * (snaps + r) // r
+    # C(s + t, t - 1) = C(s + t, s) * t / (s + 1)
+    return reps * n_steps - beta * reps // (snaps + 1)
+
+
+def optimal_forward_steps(n_steps: int, snaps: int) -> int:
+    """Return the minimal total forward steps F = n + p(n, s) to reverse ``n_steps`` steps with
+    ``snaps`` checkpoint slots (the slot holding u_0 included)."""
+    return n_steps + optimal_recomputations(n_steps, snaps)
+
+
+def _split(steps: int, snaps: int) -> int:
+    """Return how far to advance before the next checkpoint, for ``steps`` steps left and ``snaps``
+    slots (the one holding the current start included).
+
+    With t the repetition number and beta(c, t) = C(c + t, t), the minimal total is the convex,
+    piecewise-linear W(n, c) = (t + 1) n - C(c + t, t - 1). A split at m costs
+    m + W(n - m, c - 1) + W(m, c), which by Pascal's rule equals W(n, c) exactly when the left part
+    lies on W's piece t - 1 and the right part on piece t of the one-slot-smaller problem:
+    beta(c, t - 2) <= m <= beta(c, t - 1) and beta(c - 1, t - 1) <= n - m <= beta(c - 1, t).
+    The largest such m is taken.
+    """
+    if snaps == 1 or steps <= 2:
+        return steps - 1
+    reps, beta, beta_prev = 0, 1, 0  # beta = beta(c, reps), beta_prev = beta(c, reps - 1)
+    while beta < steps:
+        reps += 1
+        beta_prev, beta = beta, beta * (snaps + reps) // reps
+    fewer_prev = beta_prev * snaps // (snaps + reps - 1)  # beta(c - 1, reps - 1)
+    return max(1, min(beta_prev, steps - fewer_prev))
+
+
+def reverse_range(
+    start: int, end: int, snaps: int, stored: Mapping[int, Tier], live: int | None
+) -> Iterator[Action]:
+    """Yield the optimal actions that reverse steps ``end - 1`` down to ``start``.
+
+    ``u_start`` must already be stored, in ``stored[start]``, and counts as one of the ``snaps``
+    slots; every other checkpoint goes to Level-1 and is freed before this returns. ``live`` is the
+    step the live state holds on entry (None when unknown). Iterative, so any length works.
+    """
+    pending: list[tuple[int, int, int] | int] = [(start, end, snaps)]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, int):
+            yield Free(item, Tier.L1)
+            continue
+        a, b, c = item
+        while b > a:
+            if live != a:
+                yield Load(a, stored.get(a, Tier.L1))
+                live = a
+            advance = _split(b - a, c)
+            if advance == b - a - 1:
+                # Going to b - 1 needs no checkpoint: the next step is the taping step.
+                yield Advance(a, b)
+                yield Reverse(b - 1)
+                live = None
+                b -= 1
+                continue
+            mid = a + advance
+            yield Advance(a, mid)
+            yield Store(mid, Tier.L1)
+            pending.append((a, mid, c))
+            pending.append(mid)
+            a, c, live = mid, c - 1, mid
+
+
+def mark_end_forward(
+    actions: Iterator[Action], n_steps: int, then: tuple[Action, ...] = ()
+) -> Iterator[Action]:
+    """Yield ``actions`` with ``EndForward()`` and then ``then`` inserted after the first
+    ``Advance`` that reaches ``u_n``: there the forward sweep ends and the reverse sweep begins."""
+    ended = False
+    for action in actions:
+        yield action
+        if not ended and type(action) is Advance and action.end == n_steps:
+            ended = True
+            yield EndForward()
+            yield from then
+
+
+class Revolve:
+    """The optimal single-level schedule: reverse ``n_steps`` steps with ``snaps`` Level-1 slots.
+
+    Parameters
+    ----------
+    n_steps : int
+        Number of forward steps n (>= 1).
+    snaps : int
+        Level-1 checkpoint slots s (>= 1), the one holding u_0 included.
+
+    Notes
+    -----
+    Its total forward steps equal :func:`optimal_forward_steps` for every (n, s).
+    """
+
+    def __init__(self, n_steps: int, snaps: int) -> None:
+        self.n_steps = check_int("n_steps", n_steps, 1)
+        self.snaps = check_int("snaps", snaps, 1)
+
+    @property
+    def l1_slots(self) -> int:
+        """Level-1 slots the schedule may use at once."""
+        return self.snaps
+
+    def __repr__(self) -> str:
+        return f"Revolve(n_steps={self.n_steps}, snaps={self.snaps})"
+
+    def get_config(self) -> dict[str, int | str]:
+        """Return the constructor's arguments as a plain dict (JSON-ready)."""
+        return {"name": "Revolve", "n_steps": self.n_steps, "snaps": self.snaps}
+
+    def __iter__(self) -> Iterator[Action]:
+        n = self.n_steps
+        yield Store(0, Tier.L1)
+        yield from mark_end_forward(reverse_range(0, n, self.snaps, {0: Tier.L1}, live=0), n)
+        yield Free(0, Tier.L1)
+        yield EndReverse()
