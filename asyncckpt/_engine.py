@@ -1,0 +1,215 @@
+"""The transfer engine: Level-1 staging and prefetch buffers, moved to and from Level-2 on named
+worker threads.
+
+The main thread pays one memory copy per store and never waits for a write unless every staging
+buffer is in flight. Futures carry each transfer's result or exception back; the first failure
+marks the engine broken and is raised, chained, on the main thread at its next call.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+
+import numpy as np
+import xxhash
+
+from ._buffers import aligned_buffer, copy_in, copy_out
+from .errors import CorruptionError, TransferError
+from .storage import Storage
+
+__all__ = ["TransferEngine"]
+
+
+def _checksum(view: np.ndarray) -> int:
+    # xxh3 runs at ~27 GB/s here, beside 12 GB/s for the copy it guards
+    return xxhash.xxh3_64_intdigest(view)
+
+
+class TransferEngine:
+    """Moves states between Level-1 buffers and a Level-2 :class:`Storage`.
+
+    Parameters
+    ----------
+    storage : Storage
+        The Level-2 backend.
+    nbytes : int
+        Bytes in one state.
+    staging_buffers : int
+        Writes that may be in flight before a store waits.
+    prefetch_buffers : int
+        Level-2 states that may be held in Level-1 at once (prefetched or being read).
+    io_threads : int
+        Worker threads (named ``asyncckpt-io_N``).
+    verify : bool
+        Check every read against the checksum taken at write time.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        nbytes: int,
+        *,
+        staging_buffers: int,
+        prefetch_buffers: int,
+        io_threads: int,
+        verify: bool,
+    ) -> None:
+        self.storage = storage
+        self.nbytes = nbytes
+        self.verify = verify
+        self._free_staging = [aligned_buffer(nbytes) for _ in range(staging_buffers)]
+        self._free_prefetch = [aligned_buffer(nbytes) for _ in range(prefetch_buffers)]
+        self._writes: deque[tuple[int, Future[int], np.ndarray]] = deque()
+        self._written: dict[int, Future[int]] = {}
+        self._reads: dict[int, tuple[Future[None], np.ndarray]] = {}
+        self._deletes: deque[tuple[int, Future[None]]] = deque()
+        self._executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="asyncckpt-io")
+        self._broken: BaseException | None = None
+        self.write_stall_s = 0.0
+        self.read_stall_s = 0.0
+        self.writes = 0
+        self.reads = 0
+        self.peak_in_flight = 0
+
+    # -- worker side ---------------------------------------------------------------------------
+
+    def _write(self, key: int, view: np.ndarray) -> int:
+        digest = _checksum(view) if self.verify else 0
+        self.storage.put(key, view)
+        return digest
+
+    def _read(self, key: int, out: np.ndarray, written: Future[int] | None) -> None:
+        digest = written.result() if written is not None else None
+        self.storage.get(key, out)
+        if self.verify and digest is not None and _checksum(out) != digest:
+            raise CorruptionError(
+                f"Level-2 read of u_{key} from {self.storage!r}: checksum mismatch "
+                f"({self.nbytes} bytes differ from what was written)"
+            )
+
+    def _delete(self, key: int, written: Future[int] | None) -> None:
+        if written is not None:
+            try:
+                written.result()
+            except BaseException:
+                return  # the write already reported its failure
+        self.storage.delete(key)
+
+    # -- main-thread side ----------------------------------------------------------------------
+
+    def _fail(self, what: str, key: int, exc: BaseException) -> TransferError:
+        error = TransferError(f"{what} of u_{key} on Level-2 {self.storage!r} failed: {exc!r}")
+        error.__cause__ = exc
+        self._broken = error
+        return error
+
+    def check(self) -> None:
+        """Reap finished writes and deletes; raise the first failure on the caller's thread."""
+        if self._broken is not None:
+            raise TransferError(f"the transfer engine is broken by an earlier failure: "
+                                f"{self._broken}") from self._broken
+        while self._writes and self._writes[0][1].done():
+            self._reap_write()
+        while self._deletes and self._deletes[0][1].done():
+            key, future = self._deletes.popleft()
+            exc = future.exception()
+            if exc is not None:
+                raise self._fail("delete", key, exc)
+
+    def _reap_write(self) -> None:
+        key, future, buffer = self._writes.popleft()
+        self._free_staging.append(buffer)
+        exc = future.exception()
+        if exc is not None:
+            raise self._fail("write", key, exc)
+
+    def store(self, key: int, arrays: Sequence[np.ndarray]) -> None:
+        """Copy ``arrays`` (u_key) into a staging buffer and write it in the background."""
+        self.check()
+        if not self._free_staging:
+            start = time.perf_counter()
+            wait([self._writes[0][1]])
+            self.write_stall_s += time.perf_counter() - start
+            self._reap_write()
+        buffer = self._free_staging.pop()
+        copy_out(arrays, buffer)
+        view = buffer[: self.nbytes]
+        future = self._executor.submit(self._write, key, view)
+        self._writes.append((key, future, buffer))
+        self._written[key] = future
+        self.writes += 1
+        self.peak_in_flight = max(self.peak_in_flight, len(self._writes))
+
+    def prefetch(self, key: int) -> None:
+        """Start reading u_key into a free prefetch buffer."""
+        self.check()
+        if not self._free_prefetch:
+            raise TransferError(f"prefetch of u_{key}: every prefetch buffer is in use "
+                                f"(holding {sorted(self._reads)})")
+        buffer = self._free_prefetch.pop()
+        future = self._executor.submit(self._read, key, buffer[: self.nbytes], self._written.get(key))
+        self._reads[key] = (future, buffer)
+        self.reads += 1
+
+    def load(self, key: int, arrays: Sequence[np.ndarray]) -> None:
+        """Wait for the prefetch of u_key, then copy it into ``arrays``."""
+        self.check()
+        future, buffer = self._reads[key]
+        if not future.done():
+            start = time.perf_counter()
+            wait([future])
+            self.read_stall_s += time.perf_counter() - start
+        exc = future.exception()
+        if exc is not None:
+            raise self._fail("read", key, exc)
+        copy_in(buffer, arrays)
+
+    def free(self, key: int) -> None:
+        """Release u_key's prefetch buffer and delete it from Level-2 in the background."""
+        self.check()
+        read = self._reads.pop(key, None)
+        if read is not None:
+            future, buffer = read
+            wait([future])  # the buffer is in use until its read ends
+            self._free_prefetch.append(buffer)
+        written = self._written.pop(key, None)
+        self._deletes.append((key, self._executor.submit(self._delete, key, written)))
+
+    def drain(self) -> None:
+        """Wait for every transfer in flight and raise the first failure."""
+        wait([f for _, f, _ in self._writes] + [f for _, f in self._deletes])
+        self.check()
+
+    def discard(self) -> None:
+        """Abandon the current run: wait for what is in flight, ignore its failures, delete every
+        state this engine wrote, and make the engine usable again."""
+        pending = [f for _, f, _ in self._writes] + [f for _, f in self._deletes]
+        pending += [f for f, _ in self._reads.values()]
+        wait(pending)
+        for _, _, buffer in self._writes:
+            self._free_staging.append(buffer)
+        for _, buffer in self._reads.values():
+            self._free_prefetch.append(buffer)
+        self._writes.clear()
+        self._reads.clear()
+        self._deletes.clear()
+        for key, future in list(self._written.items()):
+            if future.exception() is None:
+                try:
+                    self.storage.delete(key)
+                except Exception:  # noqa: BLE001 - best effort on an abandoned run
+                    pass
+        self._written.clear()
+        self._broken = None
+
+    def close(self) -> None:
+        """Stop the worker threads (after the transfers in flight); safe to call twice."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def level1_buffers(self) -> int:
+        """Staging plus prefetch buffers this engine owns."""
+        return (len(self._free_staging) + len(self._writes) + len(self._free_prefetch)
+                + len(self._reads))

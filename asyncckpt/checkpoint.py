@@ -1,0 +1,143 @@
+"""The checkpoint descriptor: which arrays make up a state, and how to copy them in and out."""
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["Checkpoint", "ArrayCheckpoint", "check_descriptor", "check_arrays"]
+
+_REQUIRED = ("size", "dtype", "get_data", "get_data_location")
+
+
+class Checkpoint(abc.ABC):
+    """Abstract descriptor of a state, compatible with pyrevolve's ``Checkpoint``.
+
+    Subclasses give ``size`` (elements), ``dtype``, ``get_data(t)`` (the live arrays holding
+    u_t, copied out of on a store) and ``get_data_location(t)`` (the arrays a stored u_t is copied
+    into on a load). ``nbytes`` is derived.
+    """
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """Elements in one state."""
+
+    @property
+    @abc.abstractmethod
+    def dtype(self) -> np.dtype:
+        """The element type (numpy-compatible)."""
+
+    @abc.abstractmethod
+    def get_data(self, timestep: int) -> Sequence[np.ndarray]:
+        """Return the live arrays that hold u_timestep."""
+
+    @abc.abstractmethod
+    def get_data_location(self, timestep: int) -> Sequence[np.ndarray]:
+        """Return the arrays a stored u_timestep is copied back into."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes in one state: ``size * dtype.itemsize``."""
+        return int(self.size) * np.dtype(self.dtype).itemsize
+
+
+class ArrayCheckpoint(Checkpoint):
+    """A state made of a fixed list of arrays, stored and restored in place.
+
+    Parameters
+    ----------
+    arrays : sequence of numpy.ndarray
+        The live arrays, of one dtype. They are the same for every step; for states whose arrays
+        depend on t (a circular buffer of time levels), subclass :class:`Checkpoint` instead.
+    """
+
+    def __init__(self, arrays: Sequence[np.ndarray]) -> None:
+        arrays = list(arrays)
+        if not arrays:
+            raise ValueError("ArrayCheckpoint needs at least one array, got an empty sequence")
+        for i, array in enumerate(arrays):
+            if not isinstance(array, np.ndarray):
+                raise TypeError(f"arrays[{i}] must be a numpy.ndarray, got {type(array).__name__}")
+        dtypes = {a.dtype for a in arrays}
+        if len(dtypes) != 1:
+            raise TypeError(f"ArrayCheckpoint arrays must share one dtype, got {sorted(map(str, dtypes))}")
+        self._arrays = arrays
+        self._dtype = arrays[0].dtype
+        self._size = sum(a.size for a in arrays)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    def get_data(self, timestep: int) -> list[np.ndarray]:
+        return self._arrays
+
+    def get_data_location(self, timestep: int) -> list[np.ndarray]:
+        return self._arrays
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(str(a.shape) for a in self._arrays)
+        return f"ArrayCheckpoint([{shapes}], dtype={self._dtype})"
+
+
+def check_descriptor(checkpoint: object) -> int:
+    """Validate a duck-typed descriptor once and return its ``nbytes``.
+
+    Raises
+    ------
+    TypeError
+        Naming what the descriptor lacks.
+    ValueError
+        If its size is not a positive integer.
+    """
+    missing = [name for name in _REQUIRED if not hasattr(checkpoint, name)]
+    if missing:
+        raise TypeError(
+            f"checkpoint {type(checkpoint).__name__} lacks {', '.join(missing)}: a checkpoint "
+            "descriptor needs size, dtype, get_data(t) and get_data_location(t)"
+        )
+    for name in ("get_data", "get_data_location"):
+        if not callable(getattr(checkpoint, name)):
+            raise TypeError(f"checkpoint.{name} must be callable")
+    size = checkpoint.size  # type: ignore[attr-defined]
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
+        raise ValueError(f"checkpoint.size must be a positive int, got {size!r}")
+    try:
+        itemsize = np.dtype(checkpoint.dtype).itemsize  # type: ignore[attr-defined]
+    except TypeError as exc:
+        raise TypeError(f"checkpoint.dtype {checkpoint.dtype!r} is not a numpy dtype") from exc  # type: ignore[attr-defined]
+    return int(size) * itemsize
+
+
+def check_arrays(arrays: object, nbytes: int, dtype: np.dtype, where: str) -> list[np.ndarray]:
+    """Check that ``arrays`` (from get_data or get_data_location) match the descriptor.
+
+    Raises
+    ------
+    TypeError
+        If they are not numpy arrays of the descriptor's dtype.
+    ValueError
+        If their total size differs from the descriptor's, or a destination is read-only.
+    """
+    if isinstance(arrays, np.ndarray):
+        raise TypeError(f"{where} must return a list of arrays, got a single ndarray")
+    arrays = list(arrays)  # type: ignore[call-overload]
+    total = 0
+    for i, array in enumerate(arrays):
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"{where}[{i}] is a {type(array).__name__}, expected numpy.ndarray")
+        if array.dtype != dtype:
+            raise TypeError(f"{where}[{i}] has dtype {array.dtype}, the checkpoint declares {dtype}")
+        total += array.nbytes
+    if total != nbytes:
+        raise ValueError(
+            f"{where} holds {total} bytes, the checkpoint declares {nbytes} "
+            f"(size x itemsize of {np.dtype(dtype)})"
+        )
+    return arrays

@@ -1,0 +1,309 @@
+"""AsyncCheckpointer: runs the asynchronous multistage schedule on the user's operators."""
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from schedules import (
+    Advance,
+    AsyncMultistage,
+    EndForward,
+    EndReverse,
+    Free,
+    Load,
+    Prefetch,
+    Reverse,
+    Store,
+    Tier,
+)
+from schedules.actions import Action
+
+from ._buffers import aligned_buffer, copy_in, copy_out, padded
+from ._engine import TransferEngine
+from .checkpoint import check_arrays, check_descriptor
+from .stats import Stats
+from .storage import Storage, open_storage
+
+__all__ = ["AsyncCheckpointer"]
+
+log = logging.getLogger(__name__)
+
+
+def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return int(value)
+
+
+def _check_operator(name: str, operator: object) -> None:
+    if not callable(getattr(operator, "apply", None)):
+        raise TypeError(f"{name} must have an apply(*, t_start, t_end) method; "
+                        f"got {type(operator).__name__}")
+
+
+class AsyncCheckpointer:
+    """Reverse a run of ``n_timesteps`` steps in fixed Level-1 memory, streaming every I-th state
+    to Level-2 during the forward sweep and prefetching it back during the reverse sweep.
+
+    Parameters
+    ----------
+    checkpoint : Checkpoint or duck-typed descriptor
+        ``size``, ``dtype``, ``get_data(t)``, ``get_data_location(t)``.
+    fwd_operator, rev_operator : objects with ``apply(*, t_start, t_end)``
+        The forward step(s) and the adjoint of one step, as in pyrevolve.
+    n_timesteps : int
+        n >= 1.
+    l1_slots : int
+        Level-1 slots for Revolve inside an interval (>= 1).
+    interval : int
+        I in [1, n]: every I-th state goes to Level-2.
+    storage : None, str, os.PathLike or Storage
+        Level-2: None for host DRAM, a path for a :class:`~asyncckpt.storage.FileStorage` in a
+        private directory under it (a ramdisk or an SSD), or any Storage instance (not closed by
+        the checkpointer).
+    staging_buffers : int
+        Level-2 writes that may be in flight before the forward sweep waits (default 2).
+    io_threads : int
+        Background I/O threads (default 1; on two cores more cannot help).
+    verify : bool
+        Check every Level-2 read against a checksum taken when it was written (default True).
+    blas_threads : int or None
+        Cap BLAS threads while the sweeps run, so the I/O thread keeps a core (default 1; None
+        leaves BLAS alone).
+
+    Notes
+    -----
+    Level-1 memory is ``(l1_slots + staging_buffers + 2) * nbytes`` (each rounded up to pages),
+    allocated and touched at construction; it never grows with n.
+    """
+
+    def __init__(
+        self,
+        checkpoint: Any,
+        fwd_operator: Any,
+        rev_operator: Any,
+        n_timesteps: int,
+        *,
+        l1_slots: int,
+        interval: int,
+        storage: Storage | str | os.PathLike[str] | None = None,
+        staging_buffers: int = 2,
+        io_threads: int = 1,
+        verify: bool = True,
+        blas_threads: int | None = 1,
+    ) -> None:
+        self._closed = True  # until construction succeeds
+        self.nbytes = check_descriptor(checkpoint)
+        _check_operator("fwd_operator", fwd_operator)
+        _check_operator("rev_operator", rev_operator)
+        self.n_timesteps = _check_int("n_timesteps", n_timesteps, 1)
+        self.l1_slots = _check_int("l1_slots", l1_slots, 1)
+        self.interval = _check_int("interval", interval, 1, self.n_timesteps)
+        staging_buffers = _check_int("staging_buffers", staging_buffers, 1)
+        io_threads = _check_int("io_threads", io_threads, 1)
+        if blas_threads is not None:
+            blas_threads = _check_int("blas_threads", blas_threads, 1)
+        self.checkpoint = checkpoint
+        self.dtype = np.dtype(checkpoint.dtype)
+        self.fwd_operator = fwd_operator
+        self.rev_operator = rev_operator
+        self.blas_threads = blas_threads
+        check_arrays(checkpoint.get_data(0), self.nbytes, self.dtype, "checkpoint.get_data(0)")
+
+        self.schedule = AsyncMultistage(self.n_timesteps, self.interval, self.l1_slots)
+        self.storage, self._owns_storage = open_storage(storage)
+        try:
+            self._slots = [aligned_buffer(self.nbytes) for _ in range(self.l1_slots)]
+            self._engine = TransferEngine(
+                self.storage,
+                self.nbytes,
+                staging_buffers=staging_buffers,
+                prefetch_buffers=AsyncMultistage.prefetch_slots,
+                io_threads=io_threads,
+                verify=verify,
+            )
+            reserve = getattr(self.storage, "reserve", None)
+            if callable(reserve):
+                reserve(self.nbytes, self.schedule.l2_states)
+        except BaseException:
+            if self._owns_storage:
+                self.storage.close()
+            raise
+        self.l1_bytes = (self.l1_slots + staging_buffers + AsyncMultistage.prefetch_slots) * padded(
+            self.nbytes)
+        self._closed = False
+        self._actions: Iterator[Action] | None = None
+        self._phase = "idle"  # idle -> forward-done -> idle
+        self._in_l1: dict[int, np.ndarray] = {}
+        self._stats = Stats()
+        log.info("AsyncCheckpointer: n=%d I=%d l1_slots=%d, state %d bytes, Level-1 %.1f MiB, "
+                 "Level-2 %r", self.n_timesteps, self.interval, self.l1_slots, self.nbytes,
+                 self.l1_bytes / 2**20, self.storage)
+
+    # -- public API ----------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> Stats:
+        """Counts and timings of the current (or last) run."""
+        return self._stats
+
+    def apply_forward(self) -> None:
+        """Run the forward sweep from u_0 to u_n, streaming interval starts to Level-2.
+
+        A second call starts a new run (the next iteration of an optimisation loop).
+        """
+        self._check_open()
+        if self._phase != "idle":
+            self._abandon_run()
+        self._stats = Stats(n_timesteps=self.n_timesteps, interval=self.interval,
+                            l1_slots=self.l1_slots, l1_bytes=self.l1_bytes)
+        self._engine.writes = self._engine.reads = 0
+        self._engine.write_stall_s = self._engine.read_stall_s = 0.0
+        self._actions = iter(self.schedule)
+        self._phase = "forward"
+        start = time.perf_counter()
+        try:
+            self._run(EndForward)
+        finally:
+            self._stats.forward_s = time.perf_counter() - start
+            self._collect()
+        self._phase = "forward-done"
+
+    def apply_reverse(self) -> None:
+        """Run the reverse sweep: the adjoint of steps n-1 down to 0, each after its taping step."""
+        self._check_open()
+        if self._phase != "forward-done":
+            raise ValueError("apply_reverse() needs a completed apply_forward() first "
+                             f"(the checkpointer is {self._phase!r})")
+        self._phase = "reverse"
+        start = time.perf_counter()
+        try:
+            self._run(EndReverse)
+            self._engine.drain()
+        finally:
+            self._stats.reverse_s = time.perf_counter() - start
+            self._collect()
+        self._actions = None
+        self._phase = "idle"
+
+    def close(self) -> None:
+        """Stop the I/O threads and release Level-2 (delete its files); safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._phase != "idle":
+                self._abandon_run()
+        finally:
+            self._engine.close()
+            if self._owns_storage:
+                self.storage.close()
+            self._slots = []
+            self._in_l1.clear()
+
+    def __enter__(self) -> "AsyncCheckpointer":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - nothing to report to at interpreter teardown
+                pass
+
+    def __repr__(self) -> str:
+        return (f"AsyncCheckpointer(n_timesteps={self.n_timesteps}, l1_slots={self.l1_slots}, "
+                f"interval={self.interval}, storage={self.storage!r})")
+
+    # -- interpretation ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the AsyncCheckpointer is closed")
+
+    def _abandon_run(self) -> None:
+        self._engine.discard()
+        self._slots.extend(self._in_l1.values())
+        self._in_l1.clear()
+        self._actions = None
+        self._phase = "idle"
+
+    def _collect(self) -> None:
+        engine, stats = self._engine, self._stats
+        stats.l2_writes, stats.l2_reads = engine.writes, engine.reads
+        stats.bytes_written = engine.writes * self.nbytes
+        stats.bytes_read = engine.reads * self.nbytes
+        stats.write_stall_s, stats.read_stall_s = engine.write_stall_s, engine.read_stall_s
+
+    def _run(self, until: type) -> None:
+        assert self._actions is not None
+        limits = (threadpool_limits(limits=self.blas_threads, user_api="blas")
+                  if self.blas_threads is not None else None)
+        try:
+            self._interpret(until)
+        finally:
+            if limits is not None:
+                limits.restore_original_limits()
+
+    def _interpret(self, until: type) -> None:
+        checkpoint, stats, engine = self.checkpoint, self._stats, self._engine
+        fwd, rev = self.fwd_operator, self.rev_operator
+        nbytes, dtype = self.nbytes, self.dtype
+        in_l1, slots = self._in_l1, self._slots
+        clock = time.perf_counter
+        l2_held = 0
+        for action in self._actions:  # type: ignore[union-attr]
+            kind = type(action)
+            if kind is Advance:
+                start = clock()
+                fwd.apply(t_start=action.start, t_end=action.end)
+                stats.forward_compute_s += clock() - start
+                stats.forward_steps += action.end - action.start
+            elif kind is Reverse:
+                start = clock()
+                rev.apply(t_start=action.step, t_end=action.step + 1)
+                stats.reverse_compute_s += clock() - start
+                stats.reverse_steps += 1
+            elif kind is Load:
+                arrays = check_arrays(checkpoint.get_data_location(action.step), nbytes, dtype,
+                                      f"checkpoint.get_data_location({action.step})")
+                if action.tier is Tier.L1:
+                    copy_in(in_l1[action.step], arrays)
+                else:
+                    engine.load(action.step, arrays)
+            elif kind is Store:
+                arrays = check_arrays(checkpoint.get_data(action.step), nbytes, dtype,
+                                      f"checkpoint.get_data({action.step})")
+                if action.tier is Tier.L1:
+                    buffer = slots.pop()
+                    copy_out(arrays, buffer)
+                    in_l1[action.step] = buffer
+                    stats.l1_peak_slots = max(stats.l1_peak_slots, len(in_l1))
+                else:
+                    engine.store(action.step, arrays)
+                    l2_held += 1
+                    stats.l2_peak_states = max(stats.l2_peak_states, l2_held)
+            elif kind is Free:
+                if action.tier is Tier.L1:
+                    slots.append(in_l1.pop(action.step))
+                else:
+                    engine.free(action.step)
+            elif kind is Prefetch:
+                engine.prefetch(action.step)
+            if kind is until:
+                return
+            if kind is EndForward or kind is EndReverse:
+                raise AssertionError(f"unexpected {action!r}")

@@ -1,0 +1,82 @@
+"""What a run did and what it cost."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Stats"]
+
+
+@dataclass
+class Stats:
+    """Counts and timings of the last forward+reverse run of a checkpointer.
+
+    Attributes
+    ----------
+    n_timesteps : int
+        n.
+    interval : int
+        I: every I-th state went to Level-2.
+    l1_slots : int
+        Level-1 slots for Revolve inside an interval.
+    forward_steps, reverse_steps : int
+        Steps advanced by the forward operator (taping steps included) and reversed.
+    l2_writes, l2_reads : int
+        Level-2 transfers.
+    bytes_written, bytes_read : int
+        Bytes moved to and from Level-2.
+    write_stall_s : float
+        Seconds the forward sweep waited for a free staging buffer (Level-2 not keeping up).
+    read_stall_s : float
+        Seconds the reverse sweep waited for a prefetch to arrive.
+    forward_s, reverse_s : float
+        Wall time of ``apply_forward()`` and ``apply_reverse()``.
+    forward_compute_s, reverse_compute_s : float
+        Time spent inside the user's forward and reverse operators.
+    l1_peak_slots : int
+        Most Level-1 slots used at once.
+    l1_bytes : int
+        Level-1 bytes the checkpointer allocated (slots, staging and prefetch buffers); fixed
+        before the run, independent of n.
+    l2_peak_states : int
+        Most states held on Level-2 at once.
+    calibration : dict
+        With ``interval="auto"``: the measured costs and the model's prediction.
+    """
+
+    n_timesteps: int = 0
+    interval: int = 0
+    l1_slots: int = 0
+    forward_steps: int = 0
+    reverse_steps: int = 0
+    l2_writes: int = 0
+    l2_reads: int = 0
+    bytes_written: int = 0
+    bytes_read: int = 0
+    write_stall_s: float = 0.0
+    read_stall_s: float = 0.0
+    forward_s: float = 0.0
+    reverse_s: float = 0.0
+    forward_compute_s: float = 0.0
+    reverse_compute_s: float = 0.0
+    l1_peak_slots: int = 0
+    l1_bytes: int = 0
+    l2_peak_states: int = 0
+    calibration: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def recompute_factor(self) -> float:
+        """(forward_steps - n) / n: 1.0 when each step runs once forward and once as a taping step."""
+        return (self.forward_steps - self.n_timesteps) / self.n_timesteps if self.n_timesteps else 0.0
+
+    @property
+    def total_s(self) -> float:
+        """forward_s + reverse_s."""
+        return self.forward_s + self.reverse_s
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field and derived figure, JSON-ready."""
+        out = asdict(self)
+        out["recompute_factor"] = self.recompute_factor
+        out["total_s"] = self.total_s
+        return out

@@ -1,0 +1,444 @@
+"""Level-2 storage: where every I-th state waits for the reverse sweep.
+
+Keys are ints (the step t); a value is one flat buffer of ``nbytes`` bytes. ``put`` and ``get`` block
+and run on the transfer engine's worker threads, so backends must be thread-safe for distinct keys.
+"""
+from __future__ import annotations
+
+import abc
+import errno
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from ._buffers import PAGE, aligned_buffer, padded
+from .errors import StorageError, StorageFullError
+
+__all__ = ["Storage", "HostMemoryStorage", "FileStorage", "open_storage"]
+
+log = logging.getLogger(__name__)
+
+_GIB = float(1 << 30)
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / _GIB:.2f} GiB"
+
+
+class Storage(abc.ABC):
+    """The Level-2 abstract base.
+
+    Subclass it, or a concrete backend, to add a backend or to inject faults: the checkpointer
+    accepts any instance that implements the five methods below.
+    """
+
+    #: True where ``put`` and ``get`` go through the operating system (a file), so page-aligned
+    #: buffers make them faster.
+    prefers_aligned_buffers = False
+
+    @abc.abstractmethod
+    def put(self, key: int, buf: np.ndarray) -> None:
+        """Store the bytes of ``buf`` (a 1-d uint8 array) under ``key``, replacing nothing."""
+
+    @abc.abstractmethod
+    def get(self, key: int, out: np.ndarray) -> None:
+        """Copy the bytes stored under ``key`` into ``out`` (a writable 1-d uint8 array)."""
+
+    @abc.abstractmethod
+    def delete(self, key: int) -> None:
+        """Forget ``key`` and release its space."""
+
+    @abc.abstractmethod
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is stored."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release everything; safe to call twice."""
+
+    def reserve(self, nbytes: int, count: int) -> None:
+        """Prepare room for ``count`` values of ``nbytes`` bytes before the run (optional).
+
+        Raises
+        ------
+        StorageFullError
+            Where a backend can tell that they will not fit.
+        """
+
+    def __enter__(self) -> "Storage":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class HostMemoryStorage(Storage):
+    """Level-2 in host DRAM: one preallocated, touched buffer per stored state, reused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stored: dict[int, np.ndarray] = {}
+        self._spare: list[np.ndarray] = []
+        self._nbytes: int | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return "HostMemoryStorage()"
+
+    def get_config(self) -> dict[str, Any]:
+        """Describe the backend as a plain dict."""
+        return {"name": "HostMemoryStorage"}
+
+    @property
+    def nbytes_held(self) -> int:
+        """Bytes of DRAM this backend holds (stored and spare buffers)."""
+        with self._lock:
+            count = len(self._stored) + len(self._spare)
+        return count * (self._nbytes or 0)
+
+    def _check_size(self, nbytes: int) -> None:
+        if self._nbytes != nbytes:
+            if self._stored:
+                raise ValueError(
+                    f"HostMemoryStorage holds states of {self._nbytes} bytes; got {nbytes}"
+                )
+            self._nbytes, self._spare = nbytes, []
+
+    def reserve(self, nbytes: int, count: int) -> None:
+        need = nbytes * count
+        available = psutil.virtual_memory().available
+        if need > available:
+            raise StorageFullError(
+                f"HostMemoryStorage.reserve: {count} states of {nbytes} bytes need {_gib(need)}, "
+                f"only {_gib(available)} of memory is available"
+            )
+        with self._lock:
+            self._check_size(nbytes)
+            missing = count - len(self._spare) - len(self._stored)
+        fresh = [aligned_buffer(nbytes) for _ in range(max(missing, 0))]
+        with self._lock:
+            self._spare.extend(fresh)
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"HostMemoryStorage.put({key}): the storage is closed")
+            self._check_size(buf.nbytes)
+            if key in self._stored:
+                raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
+            target = self._spare.pop() if self._spare else None
+        if target is None:
+            target = aligned_buffer(buf.nbytes)
+        np.copyto(target[: buf.nbytes], buf)
+        with self._lock:
+            self._stored[key] = target
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        with self._lock:
+            source = self._stored.get(key)
+        if source is None:
+            raise KeyError(f"HostMemoryStorage.get({key}): key not stored")
+        np.copyto(out, source[: out.nbytes])
+
+    def delete(self, key: int) -> None:
+        with self._lock:
+            buffer = self._stored.pop(key, None)
+            if buffer is None:
+                raise KeyError(f"HostMemoryStorage.delete({key}): key not stored")
+            self._spare.append(buffer)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._stored
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._stored.clear()
+            self._spare.clear()
+
+
+class FileStorage(Storage):
+    """Level-2 in one preallocated file on a ramdisk or an SSD.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A directory (created if missing). The backend works in a private directory (mode 0700)
+        made under it with :func:`tempfile.mkdtemp`, so two checkpointers or processes on one path
+        never share or delete each other's files; everything it made is removed on ``close``.
+    direct : bool or None
+        Use O_DIRECT for page-aligned buffers (sustained disk writes at 2.65 GB/s against 0.37 GB/s
+        through the page cache here). None (default): where the filesystem allows it (not tmpfs).
+
+    Notes
+    -----
+    Every state occupies a page-aligned record of the file. Writes use ``os.pwrite``, reads
+    ``os.preadv`` straight into the caller's buffer; the partial last page of a record goes through
+    a small per-thread aligned bounce buffer.
+    """
+
+    prefers_aligned_buffers = True
+
+    def __init__(self, path: str | os.PathLike[str], *, direct: bool | None = None) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"FileStorage path must be a str or os.PathLike, got {type(path).__name__}")
+        root = Path(path)
+        self._made_root: Path | None = None
+        if root.exists() and not root.is_dir():
+            raise ValueError(f"FileStorage path {str(root)!r} is not a directory")
+        if not root.exists():
+            missing = root
+            while not missing.parent.exists():
+                missing = missing.parent
+            try:
+                root.mkdir(parents=True, mode=0o700)
+            except OSError as exc:
+                raise ValueError(f"FileStorage path {str(root)!r} does not exist and cannot be "
+                                 f"created: {exc.strerror}") from exc
+            self._made_root = missing
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise ValueError(f"FileStorage path {str(root)!r} is not writable")
+        self.path = root
+        try:
+            self.directory = Path(tempfile.mkdtemp(prefix="asyncckpt-", dir=root))
+        except OSError as exc:
+            self._remove_made_root()
+            raise ValueError(f"FileStorage cannot create its directory under {str(root)!r}: "
+                             f"{exc.strerror}") from exc
+        self._file = self.directory / "level2.dat"
+        self._fd = os.open(self._file, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self._direct_fd = -1
+        if direct is not False and hasattr(os, "O_DIRECT"):
+            try:
+                self._direct_fd = os.open(self._file, os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
+            except OSError as exc:
+                if direct:
+                    self._cleanup()
+                    raise ValueError(f"FileStorage: O_DIRECT is not supported under "
+                                     f"{str(root)!r}: {exc.strerror}") from exc
+        self._lock = threading.Lock()
+        self._bounce = threading.local()
+        self._record = 0  # bytes per record, fixed by the first put or reserve
+        self._nbytes = 0
+        self._slots: dict[int, int] = {}
+        self._free: list[int] = []
+        self._n_records = 0
+        self._allocated = 0  # records backed by fallocate
+        self._closed = False
+        log.debug("FileStorage in %s (O_DIRECT %s)", self.directory, self.direct)
+
+    @property
+    def direct(self) -> bool:
+        """Whether O_DIRECT is used for aligned buffers."""
+        return self._direct_fd >= 0
+
+    def __repr__(self) -> str:
+        return f"FileStorage({str(self.path)!r})"
+
+    def get_config(self) -> dict[str, Any]:
+        """Describe the backend as a plain dict."""
+        return {"name": "FileStorage", "path": str(self.path), "direct": self.direct}
+
+    def _set_size(self, nbytes: int) -> None:
+        if self._nbytes != nbytes:
+            if self._slots:
+                raise ValueError(f"FileStorage holds states of {self._nbytes} bytes; got {nbytes}")
+            self._nbytes, self._record = nbytes, padded(nbytes)
+            self._free, self._n_records, self._allocated = [], 0, 0
+
+    def free_bytes(self) -> int:
+        """Bytes free for this user on the device under ``path`` (statvfs)."""
+        stat = os.statvfs(self.directory)
+        return stat.f_bavail * stat.f_frsize
+
+    def reserve(self, nbytes: int, count: int) -> None:
+        with self._lock:
+            self._set_size(nbytes)
+            need = (count - self._allocated) * self._record
+            if need <= 0:
+                return
+            free = self.free_bytes()
+            if need > free:
+                raise StorageFullError(
+                    f"FileStorage.reserve under {str(self.path)!r}: the run writes {count} states "
+                    f"of {nbytes} bytes ({_gib(count * self._record)}), the device has "
+                    f"{_gib(free)} free"
+                )
+            self._fallocate(count)
+
+    def _fallocate(self, records: int) -> None:
+        try:
+            os.posix_fallocate(self._fd, 0, records * self._record)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise StorageFullError(
+                    f"FileStorage under {str(self.path)!r}: device full while preallocating "
+                    f"{_gib(records * self._record)}"
+                ) from exc
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+        self._allocated = max(self._allocated, records)
+
+    def _bounce_page(self) -> np.ndarray:
+        page = getattr(self._bounce, "page", None)
+        if page is None:
+            page = self._bounce.page = aligned_buffer(PAGE)
+        return page
+
+    def _aligned(self, array: np.ndarray) -> bool:
+        return self.direct and array.ctypes.data % PAGE == 0
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"FileStorage.put({key}): the storage is closed")
+            self._set_size(buf.nbytes)
+            if key in self._slots:
+                raise KeyError(f"FileStorage.put({key}): key already stored")
+            if self._free:
+                slot = self._free.pop()
+            else:
+                slot, self._n_records = self._n_records, self._n_records + 1
+                if self._n_records > self._allocated:
+                    # grow by a quarter at least, so appends seldom fall back to the allocator
+                    self._fallocate(max(self._n_records, self._allocated * 5 // 4))
+            self._slots[key] = slot
+        offset = slot * self._record
+        try:
+            self._write(buf, offset)
+        except OSError as exc:
+            with self._lock:
+                self._slots.pop(key, None)
+                self._free.append(slot)
+            if exc.errno == errno.ENOSPC:
+                raise StorageFullError(
+                    f"FileStorage.put({key}): device under {str(self.path)!r} full after "
+                    f"{_gib(len(self._slots) * self._record)} written"
+                ) from exc
+            raise
+
+    def _write(self, buf: np.ndarray, offset: int) -> None:
+        nbytes = buf.nbytes
+        if not self._aligned(buf):
+            self._pwrite_all(self._fd, memoryview(buf), offset)
+            return
+        body = nbytes - nbytes % PAGE
+        if body:
+            self._pwrite_all(self._direct_fd, memoryview(buf[:body]), offset)
+        if body < nbytes:
+            page = self._bounce_page()
+            page[: nbytes - body] = buf[body:]
+            self._pwrite_all(self._direct_fd, memoryview(page), offset + body)
+
+    @staticmethod
+    def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+        while data.nbytes:
+            written = os.pwrite(fd, data, offset)
+            data, offset = data[written:], offset + written
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        with self._lock:
+            slot = self._slots.get(key)
+        if slot is None:
+            raise KeyError(f"FileStorage.get({key}): key not stored")
+        offset = slot * self._record
+        nbytes = out.nbytes
+        if not self._aligned(out):
+            self._pread_exact(self._fd, memoryview(out), offset, key)
+            return
+        body = nbytes - nbytes % PAGE
+        if body:
+            self._pread_exact(self._direct_fd, memoryview(out[:body]), offset, key)
+        if body < nbytes:
+            page = self._bounce_page()
+            self._pread_exact(self._direct_fd, memoryview(page), offset + body, key,
+                              need=nbytes - body)
+            out[body:] = page[: nbytes - body]
+
+    def _pread_exact(self, fd: int, view: memoryview, offset: int, key: int,
+                     need: int | None = None) -> None:
+        need = view.nbytes if need is None else need
+        done = 0
+        while done < need:
+            got = os.preadv(fd, [view[done:]], offset + done)
+            if got == 0:
+                raise StorageError(
+                    f"FileStorage.get({key}): short read, {done} of {need} bytes at offset {offset}"
+                )
+            done += got
+
+    def delete(self, key: int) -> None:
+        with self._lock:
+            slot = self._slots.pop(key, None)
+            if slot is None:
+                raise KeyError(f"FileStorage.delete({key}): key not stored")
+            self._free.append(slot)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._slots
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._slots.clear()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        for fd in (self._fd, self._direct_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._direct_fd = -1
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self._remove_made_root()
+
+    def _remove_made_root(self) -> None:
+        if self._made_root is None:
+            return
+        # remove only the directories this backend created, and only while empty
+        current = self.path
+        while True:
+            try:
+                current.rmdir()
+            except OSError:
+                break
+            if current == self._made_root:
+                break
+            current = current.parent
+        self._made_root = None
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+
+def open_storage(storage: Storage | str | os.PathLike[str] | None) -> tuple[Storage, bool]:
+    """Resolve the ``storage`` argument of the checkpointer.
+
+    Returns
+    -------
+    (Storage, bool)
+        The backend, and whether the caller made it (and so must close it).
+    """
+    if storage is None:
+        return HostMemoryStorage(), True
+    if isinstance(storage, (str, os.PathLike)):
+        return FileStorage(storage), True
+    missing = [name for name in ("put", "get", "delete", "__contains__", "close")
+               if not callable(getattr(storage, name, None))]
+    if missing:
+        raise TypeError(
+            f"storage must be None (host DRAM), a path, or a Storage; {type(storage).__name__} "
+            f"lacks {', '.join(missing)}"
+        )
+    return storage, False  # type: ignore[return-value]
