@@ -1,0 +1,57 @@
+"""Shared fixtures: Level-2 locations on tmpfs and on disk, and a leak check for every test."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+SHM = Path("/dev/shm")
+
+
+def asyncckpt_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("asyncckpt")]
+
+
+def wait_no_threads(timeout: float = 5.0) -> list[str]:
+    """Threads named asyncckpt-* still alive after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while asyncckpt_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return asyncckpt_threads()
+
+
+@pytest.fixture
+def shm_dir(tmp_path: Path):
+    """A fresh directory on tmpfs (a ramdisk), or skip where there is none."""
+    if not SHM.is_dir() or not os.access(SHM, os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="asyncckpt-test-", dir=SHM))
+    yield path
+    leftovers = list(path.iterdir())
+    for p in leftovers:
+        import shutil
+
+        shutil.rmtree(p, ignore_errors=True)
+    path.rmdir()
+    assert not leftovers, f"files left behind on tmpfs: {leftovers}"
+
+
+@pytest.fixture
+def disk_dir(tmp_path: Path):
+    """A fresh directory on the disk filesystem; asserts nothing is left in it afterwards."""
+    path = tmp_path / "level2"
+    path.mkdir()
+    yield path
+    leftovers = list(path.iterdir())
+    assert not leftovers, f"files left behind on disk: {leftovers}"
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads():
+    yield
+    assert wait_no_threads() == [], "asyncckpt threads left running"

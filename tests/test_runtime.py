@@ -1,0 +1,237 @@
+"""AsyncCheckpointer: bit-identical adjoints, the protocol, asynchrony, stats and errors."""
+from __future__ import annotations
+
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, HostMemoryStorage, Storage
+from schedules import AsyncMultistage, simulate
+from workloads import Forward, Leapfrog, RecurrentCell, Reverse, store_all_reference
+
+SHM = Path("/dev/shm")
+
+
+class DictStorage(Storage):
+    """A user-defined Level-2: bytes in a dict (what a user's own backend would look like)."""
+
+    def __init__(self) -> None:
+        self.data: dict[int, bytes] = {}
+        self.lock = threading.Lock()
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        with self.lock:
+            assert key not in self.data
+            self.data[key] = bytes(buf)
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        with self.lock:
+            out[:] = np.frombuffer(self.data[key], dtype=np.uint8)
+
+    def delete(self, key: int) -> None:
+        with self.lock:
+            del self.data[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.data
+
+    def close(self) -> None:
+        self.data.clear()
+
+
+def run(model, checkpointer: AsyncCheckpointer) -> list[np.ndarray]:
+    model.reset()
+    model.trace.calls.clear()
+    checkpointer.apply_forward()
+    model.reset_adjoint()
+    checkpointer.apply_reverse()
+    return model.gradients()
+
+
+def assert_bit_identical(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes()
+
+
+def storage_for(kind: str, root: Path):
+    if kind == "dram":
+        return None
+    if kind == "tmpfs":
+        return SHM if SHM.is_dir() else root
+    if kind == "disk":
+        return root
+    return DictStorage()
+
+
+MODELS = {"recurrent": RecurrentCell, "leapfrog": Leapfrog}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_path: Path) -> None:
+    model_name = data.draw(st.sampled_from(sorted(MODELS)), label="model")
+    n = data.draw(st.integers(1, 60), label="n")
+    interval = data.draw(st.integers(1, n), label="interval")
+    l1_slots = data.draw(st.integers(1, 6), label="l1_slots")
+    kind = data.draw(st.sampled_from(["dram", "tmpfs", "disk", "user"]), label="storage")
+    model = MODELS[model_name](n)
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=l1_slots,
+                           interval=interval, storage=storage_for(kind, tmp_path)) as ckp:
+        for _ in range(2):  # a second forward+reverse on the same checkpointer
+            assert_bit_identical(run(model, ckp), reference)
+            model.trace.check_protocol(n)
+            counts = simulate(AsyncMultistage(n, interval, l1_slots))
+            assert model.trace.forward_steps() == ckp.stats.forward_steps == counts.forward_steps
+            assert ckp.stats.reverse_steps == n
+            assert ckp.stats.l2_writes == counts.l2_writes
+            assert ckp.stats.l2_reads == counts.l2_reads
+            assert ckp.stats.l1_peak_slots <= l1_slots
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_dtypes_and_several_arrays(dtype: type) -> None:
+    n = 25
+    a = np.zeros(7, dtype=dtype)
+    b = np.zeros((3, 4), dtype=dtype)
+    log: list[tuple[int, int]] = []
+
+    class Fwd:
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            for t in range(t_start, t_end):
+                a[...] = a * 0.9 + (t + 1)
+                b[...] = b + a[:4] * 0.5j if np.iscomplexobj(b) else b + a[:4] * 0.5
+
+    seen: list[np.ndarray] = []
+
+    class Rev:
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            log.append((t_start, t_end))
+            seen.append(np.concatenate([a.ravel(), b.ravel()]))
+
+    def reference() -> list[np.ndarray]:
+        a[...] = 0
+        b[...] = 0
+        states = []
+        for t in range(n):
+            Fwd().apply(t_start=t, t_end=t + 1)
+            states.append(np.concatenate([a.ravel(), b.ravel()]))
+        return states[::-1]
+
+    want = reference()
+    a[...] = 0
+    b[...] = 0
+    with AsyncCheckpointer(ArrayCheckpoint([a, b]), Fwd(), Rev(), n, l1_slots=2, interval=4) as ckp:
+        ckp.apply_forward()
+        ckp.apply_reverse()
+    assert [x.tobytes() for x in seen] == [x.tobytes() for x in want]
+    assert log == [(t, t + 1) for t in range(n - 1, -1, -1)]
+
+
+class GatedStorage(HostMemoryStorage):
+    """A DRAM Level-2 whose writes wait until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.started = threading.Semaphore(0)
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        self.started.release()
+        assert self.gate.wait(30), "the test never opened the gate"
+        super().put(key, buf)
+
+
+def test_forward_sweep_advances_while_writes_are_pending() -> None:
+    n, interval, staging = 40, 4, 3
+    model = RecurrentCell(n)
+    storage = GatedStorage()
+    steps_done: list[int] = []
+
+    class Fwd(Forward):
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            super().apply(t_start=t_start, t_end=t_end)
+            steps_done.append(t_end)
+
+    ckp = AsyncCheckpointer(model, Fwd(model), Reverse(model), n, l1_slots=2, interval=interval,
+                            storage=storage, staging_buffers=staging)
+    forward = threading.Thread(target=ckp.apply_forward, name="test-forward")
+    try:
+        forward.start()
+        # The worker is blocked inside the first put: the forward sweep goes on until the one
+        # write in progress plus the staging buffers behind it are all taken, then waits.
+        assert storage.started.acquire(timeout=10)
+        forward.join(timeout=1.0)
+        assert forward.is_alive(), "the forward sweep should wait for a staging buffer"
+        assert steps_done and max(steps_done) == staging * interval
+        storage.gate.set()
+        forward.join(timeout=30)
+        assert not forward.is_alive()
+        assert ckp.stats.write_stall_s > 0
+        model.reset_adjoint()
+        ckp.apply_reverse()
+    finally:
+        storage.gate.set()
+        forward.join(timeout=30)
+        ckp.close()
+        storage.close()
+
+
+def test_stats_describe_the_run() -> None:
+    n = 100
+    model = RecurrentCell(n)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3, interval=10) as ckp:
+        run(model, ckp)
+        stats = ckp.stats
+    counts = simulate(AsyncMultistage(n, 10, 3))
+    assert stats.forward_steps == counts.forward_steps
+    assert stats.recompute_factor == pytest.approx((counts.forward_steps - n) / n)
+    assert stats.l2_writes == 10 and stats.l2_reads == 10
+    assert stats.bytes_written == 10 * model.size * 8
+    assert stats.interval == 10 and stats.l2_peak_states == 10
+    assert stats.forward_s > 0 and stats.reverse_s > 0
+    assert stats.l1_bytes == (3 + 2 + 2) * 4096
+    assert set(stats.as_dict()) >= {"recompute_factor", "write_stall_s", "read_stall_s"}
+
+
+def test_level1_footprint_does_not_grow_with_n() -> None:
+    sizes = set()
+    for n in (10, 1000, 100000):
+        model = RecurrentCell(n)
+        with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=4,
+                               interval=min(n, 10)) as ckp:
+            sizes.add(ckp.l1_bytes)
+    assert len(sizes) == 1
+
+
+def test_file_storage_leaves_nothing_behind(disk_dir: Path) -> None:
+    n = 30
+    model = Leapfrog(n)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=3,
+                           storage=disk_dir) as ckp:
+        model.reset()
+        ckp.apply_forward()
+        private = list(disk_dir.iterdir())
+        assert len(private) == 1 and private[0].name.startswith("asyncckpt-")
+        assert private[0].stat().st_mode & 0o777 == 0o700
+        for f in private[0].iterdir():
+            assert f.stat().st_mode & 0o777 == 0o600
+    assert list(disk_dir.iterdir()) == []
+
+
+def test_forward_again_without_reverse_starts_a_new_run(shm_dir: Path) -> None:
+    n = 20
+    model = RecurrentCell(n)
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=5,
+                           storage=shm_dir) as ckp:
+        model.reset()
+        ckp.apply_forward()
+        assert_bit_identical(run(model, ckp), reference)
