@@ -61,8 +61,8 @@ class TransferEngine:
         self.verify = verify
         self._free_staging = [aligned_buffer(nbytes) for _ in range(staging_buffers)]
         self._free_prefetch = [aligned_buffer(nbytes) for _ in range(prefetch_buffers)]
-        self._writes: deque[tuple[int, Future[int], np.ndarray]] = deque()
-        self._written: dict[int, Future[int]] = {}
+        self._writes: deque[tuple[int, Future[tuple[int, np.ndarray]], np.ndarray]] = deque()
+        self._written: dict[int, Future[tuple[int, np.ndarray]]] = {}
         self._reads: dict[int, tuple[Future[None], np.ndarray]] = {}
         self._deletes: deque[tuple[int, Future[None]]] = deque()
         self._executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="asyncckpt-io")
@@ -75,13 +75,19 @@ class TransferEngine:
 
     # -- worker side ---------------------------------------------------------------------------
 
-    def _write(self, key: int, view: np.ndarray) -> int:
+    def _write(self, key: int, buffer: np.ndarray) -> tuple[int, np.ndarray]:
+        """Write u_key from a staging buffer; return its checksum and the buffer to stage into
+        next (the same one, unless the backend adopted it and gave a spare in exchange)."""
+        view = buffer[: self.nbytes]
         digest = _checksum(view) if self.verify else 0
+        adopt = getattr(self.storage, "adopt", None)
+        if adopt is not None:
+            return digest, adopt(key, buffer, self.nbytes)
         self.storage.put(key, view)
-        return digest
+        return digest, buffer
 
-    def _read(self, key: int, out: np.ndarray, written: Future[int] | None) -> None:
-        digest = written.result() if written is not None else None
+    def _read(self, key: int, out: np.ndarray, written: Future[tuple[int, np.ndarray]] | None) -> None:
+        digest = written.result()[0] if written is not None else None
         self.storage.get(key, out)
         if self.verify and digest is not None and _checksum(out) != digest:
             raise CorruptionError(
@@ -89,7 +95,7 @@ class TransferEngine:
                 f"({self.nbytes} bytes differ from what was written)"
             )
 
-    def _delete(self, key: int, written: Future[int] | None) -> None:
+    def _delete(self, key: int, written: Future[tuple[int, np.ndarray]] | None) -> None:
         if written is not None:
             try:
                 written.result()
@@ -120,10 +126,11 @@ class TransferEngine:
 
     def _reap_write(self) -> None:
         key, future, buffer = self._writes.popleft()
-        self._free_staging.append(buffer)
         exc = future.exception()
         if exc is not None:
+            self._free_staging.append(buffer)
             raise self._fail("write", key, exc)
+        self._free_staging.append(future.result()[1])
 
     def store(self, key: int, arrays: Sequence[np.ndarray]) -> None:
         """Copy ``arrays`` (u_key) into a staging buffer and write it in the background."""
@@ -135,8 +142,7 @@ class TransferEngine:
             self._reap_write()
         buffer = self._free_staging.pop()
         copy_out(arrays, buffer)
-        view = buffer[: self.nbytes]
-        future = self._executor.submit(self._write, key, view)
+        future = self._executor.submit(self._write, key, buffer)
         self._writes.append((key, future, buffer))
         self._written[key] = future
         self.writes += 1
@@ -188,8 +194,9 @@ class TransferEngine:
         pending = [f for _, f, _ in self._writes] + [f for _, f in self._deletes]
         pending += [f for f, _ in self._reads.values()]
         wait(pending)
-        for _, _, buffer in self._writes:
-            self._free_staging.append(buffer)
+        for _, future, buffer in self._writes:
+            failed = future.cancelled() or future.exception() is not None
+            self._free_staging.append(buffer if failed else future.result()[1])
         for _, buffer in self._reads.values():
             self._free_prefetch.append(buffer)
         self._writes.clear()

@@ -140,6 +140,28 @@ class HostMemoryStorage(Storage):
         with self._lock:
             self._stored[key] = target
 
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        """Keep ``buffer`` (a page-aligned Level-1 staging buffer whose first ``nbytes`` bytes are
+        the state) as the stored copy of ``key``, and return a spare buffer of the same size in
+        exchange.
+
+        In DRAM the staging copy already is the transfer: handing the buffer over saves a second
+        memory copy per store. A subclass that overrides :meth:`put` (to add faults, say) gets
+        its ``put`` called instead, and the buffer back.
+        """
+        if type(self).put is not HostMemoryStorage.put:
+            self.put(key, buffer[:nbytes])
+            return buffer
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"HostMemoryStorage.put({key}): the storage is closed")
+            self._check_size(nbytes)
+            if key in self._stored:
+                raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
+            spare = self._spare.pop() if self._spare else None
+            self._stored[key] = buffer
+        return spare if spare is not None else aligned_buffer(nbytes)
+
     def get(self, key: int, out: np.ndarray) -> None:
         with self._lock:
             source = self._stored.get(key)

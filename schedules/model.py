@@ -1,0 +1,227 @@
+"""The performance model of 002_c6c95f1406dc9ab0.txt, Section 3, and an event simulation.
+
+Times are in seconds. ``tf`` is one forward step; ``tb`` one reverse step *including* its taping
+forward step (REFERENCE.md); ``tw``/``tr`` move one state Level-1 -> Level-2 and back; ``tc`` copies
+one state within Level-1 (a store or load of a slot, or the staging copy of a Level-2 store).
+
+With F the total forward steps of a schedule (taping steps included), the compute time is
+``(F - n) tf + n tb``: store-all gives ``(n - 1) tf + n tb``, about the paper's n (Tf + Tb).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .actions import Advance, Free, Load, Prefetch, Reverse, Store, Tier
+from .multistage import AsyncMultistage
+from .revolve import optimal_forward_steps, optimal_recomputations
+from ._args import check_int
+
+__all__ = [
+    "Costs",
+    "Prediction",
+    "predict_store_all",
+    "predict_revolve",
+    "predict_async_multistage",
+    "simulate_times",
+    "choose_interval",
+    "IntervalChoice",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Costs:
+    """Measured or assumed unit costs, in seconds (``nbytes`` for reference only)."""
+
+    tf: float
+    tb: float
+    tw: float = 0.0
+    tr: float = 0.0
+    tc: float = 0.0
+    nbytes: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("tf", "tb", "tw", "tr", "tc"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"Costs.{name} must be a finite number of seconds, got {value!r}")
+            if value < 0:
+                raise ValueError(f"Costs.{name} must be >= 0, got {value!r}")
+        if self.tf <= 0:
+            raise ValueError(f"Costs.tf must be > 0 (the time of one forward step), got {self.tf!r}")
+        if self.tb < self.tf:
+            raise ValueError(f"Costs.tb includes the taping forward step, so it must be >= tf "
+                             f"({self.tf!r}); got {self.tb!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A predicted forward+reverse run."""
+
+    strategy: str
+    total_s: float
+    forward_s: float
+    reverse_s: float
+    forward_steps: int
+    write_stall_s: float = 0.0
+    read_stall_s: float = 0.0
+
+    def overhead(self, costs: Costs, n_steps: int) -> float:
+        """total_s relative to store-all under the same protocol."""
+        return self.total_s / predict_store_all(n_steps, costs).total_s
+
+
+def predict_store_all(n_steps: int, costs: Costs) -> Prediction:
+    """No memory limit: every state kept, each step run forward once plus once as a taping step."""
+    n = check_int("n_steps", n_steps, 1)
+    return Prediction("store-all", (n - 1) * costs.tf + n * costs.tb, n * costs.tf,
+                      (n - 1) * costs.tf + n * costs.tb - n * costs.tf, 2 * n - 1)
+
+
+def predict_revolve(n_steps: int, snaps: int, costs: Costs) -> Prediction:
+    """Revolve with ``snaps`` slots: T = (F - n) tf + n tb, F its optimal total (memory copies
+    not priced: Revolve's are in fast memory)."""
+    n = check_int("n_steps", n_steps, 1)
+    total_steps = optimal_forward_steps(n, snaps)
+    total = (total_steps - n) * costs.tf + n * costs.tb
+    return Prediction("revolve", total, n * costs.tf, total - n * costs.tf, total_steps)
+
+
+def predict_async_multistage(n_steps: int, interval: int, l1_slots: int, costs: Costs, *,
+                             staging_buffers: int = 2) -> Prediction:
+    """The paper's closed form with the stalls a single transfer channel adds.
+
+    Forward: each interval takes ``max(I tf + tc, tw)`` once the staging buffers are full (the
+    first ``staging_buffers`` writes are absorbed). Reverse: each interval's compute
+    ``(I + p(I, s + 1) - I) tf + I tb`` hides the next prefetch ``tr`` or waits for the rest.
+    """
+    n = check_int("n_steps", n_steps, 1)
+    interval = check_int("interval", interval, 1, n)
+    l1_slots = check_int("l1_slots", l1_slots, 1)
+    count = math.ceil(n / interval)
+    last = n - (count - 1) * interval
+    compute_fwd = interval * costs.tf + costs.tc
+    write_bound = max(0, count - staging_buffers)
+    write_stall = max(0.0, costs.tw - compute_fwd) * write_bound
+    forward = n * costs.tf + count * costs.tc + write_stall
+
+    def reverse_compute(length: int) -> float:
+        return optimal_recomputations(length, l1_slots + 1) * costs.tf + length * (costs.tb - costs.tf)
+
+    full = reverse_compute(interval) + interval * costs.tf
+    last_cost = reverse_compute(last)
+    # the first prefetch waits behind the writes still queued at the end of the forward sweep
+    queued = min(staging_buffers, count) * max(0.0, costs.tw - compute_fwd) if count > 1 else 0.0
+    read_stall = max(0.0, queued + costs.tr - last_cost) if count > 1 else 0.0
+    read_stall += max(0.0, costs.tr - full) * max(0, count - 2)
+    reverse = last_cost + (count - 1) * full + read_stall
+    steps = n + optimal_recomputations(last, l1_slots + 1) + (count - 1) * (
+        interval + optimal_recomputations(interval, l1_slots + 1))
+    return Prediction("async-multistage", forward + reverse, forward, reverse, steps,
+                      write_stall, read_stall)
+
+
+def simulate_times(actions: Iterable[object], costs: Costs, *, staging_buffers: int = 2,
+                   channels: int = 1) -> Prediction:
+    """Walk a schedule's actions with a main thread and ``channels`` transfer channels.
+
+    Stores to Level-2 take a staging buffer (the main thread waits for the earliest write to end
+    when none is free); prefetches queue on the channels behind earlier transfers and after the
+    write of their own state; a load from Level-2 waits for its prefetch.
+    """
+    channel_free = [0.0] * channels
+    heapq.heapify(channel_free)
+    now = 0.0
+    forward_end = None
+    in_flight: list[float] = []  # end times of writes holding staging buffers
+    written: dict[int, float] = {}
+    arrives: dict[int, float] = {}
+    write_stall = read_stall = 0.0
+    steps = 0
+
+    def transfer(ready: float, cost: float) -> float:
+        start = max(heapq.heappop(channel_free), ready)
+        end = start + cost
+        heapq.heappush(channel_free, end)
+        return end
+
+    for action in actions:
+        kind = type(action)
+        if kind is Advance:
+            steps += action.end - action.start
+            now += (action.end - action.start) * costs.tf
+        elif kind is Reverse:
+            now += costs.tb - costs.tf
+        elif kind is Store:
+            if action.tier is Tier.L2:
+                in_flight = [t for t in in_flight if t > now]
+                if len(in_flight) >= staging_buffers:
+                    earliest = min(in_flight)
+                    write_stall += earliest - now
+                    now = earliest
+                    in_flight.remove(earliest)
+                now += costs.tc
+                end = transfer(now, costs.tw)
+                in_flight.append(end)
+                written[action.step] = end
+            else:
+                now += costs.tc
+        elif kind is Prefetch:
+            arrives[action.step] = transfer(max(now, written.get(action.step, 0.0)), costs.tr)
+        elif kind is Load:
+            if action.tier is Tier.L2:
+                ready = arrives[action.step]
+                if ready > now:
+                    read_stall += ready - now
+                    now = ready
+            now += costs.tc
+        elif kind is Free:
+            if action.tier is Tier.L2:
+                arrives.pop(action.step, None)
+        elif forward_end is None and kind.__name__ == "EndForward":
+            forward_end = now
+    forward_end = now if forward_end is None else forward_end
+    return Prediction("simulated", now, forward_end, now - forward_end, steps, write_stall,
+                      read_stall)
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalChoice:
+    """The interval with the least predicted time, and the baselines beside it."""
+
+    interval: int
+    prediction: Prediction
+    revolve: Prediction
+    store_all: Prediction
+
+
+def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffers: int = 2,
+                    max_candidates: int = 4096) -> IntervalChoice:
+    """Return the interval I in [1, n] with the least predicted time (closed form with stalls).
+
+    Every I up to ``max_candidates`` is priced, and a geometric grid above it; ties go to the
+    smaller I (fewer states recomputed, sooner overlap). With ``tw <= tf`` this is 1.
+    """
+    n = check_int("n_steps", n_steps, 1)
+    l1_slots = check_int("l1_slots", l1_slots, 1)
+    candidates = set(range(1, min(n, max_candidates) + 1))
+    value = float(max_candidates)
+    while value < n:
+        candidates.add(int(value))
+        value *= 1.1
+    candidates.add(n)
+    best_interval, best = 0, None
+    for interval in sorted(candidates):
+        prediction = predict_async_multistage(n, interval, l1_slots, costs,
+                                              staging_buffers=staging_buffers)
+        if best is None or prediction.total_s < best.total_s * (1 - 1e-12):
+            best_interval, best = interval, prediction
+    assert best is not None
+    return IntervalChoice(best_interval, best, predict_revolve(n, l1_slots, costs),
+                          predict_store_all(n, costs))
+
+
+# AsyncMultistage is imported for users composing the model with a schedule in one namespace.
+_ = AsyncMultistage
