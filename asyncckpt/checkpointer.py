@@ -26,6 +26,7 @@ from schedules import (
 from schedules.actions import Action
 
 from ._buffers import aligned_buffer, copy_in, copy_out, padded
+from ._calibrate import THREAD_HANDOFF_S, measure_transfer
 from ._engine import TransferEngine
 from .checkpoint import check_arrays, check_descriptor
 from .stats import Stats
@@ -75,6 +76,12 @@ class AsyncCheckpointer:
         Level-2 writes that may be in flight before the forward sweep waits (default 2).
     io_threads : int
         Background I/O threads (default 1; on two cores more cannot help).
+    transfers : {"auto", "background", "inline"}
+        Where Level-2 transfers run. "background": on the I/O threads, overlapping the compute.
+        "inline": on the caller's thread, for states so small that a transfer costs less than
+        waking a thread. "auto" (default): measure a write and a read of one state on a backend
+        the checkpointer made itself and go inline when both together take under 40 us;
+        background for a user's ``Storage``.
     verify : bool
         Check every Level-2 read against a checksum taken when it was written (default True).
     blas_threads : int or None
@@ -99,6 +106,7 @@ class AsyncCheckpointer:
         storage: Storage | str | os.PathLike[str] | None = None,
         staging_buffers: int = 2,
         io_threads: int = 1,
+        transfers: str = "auto",
         verify: bool = True,
         blas_threads: int | None = 1,
     ) -> None:
@@ -111,6 +119,8 @@ class AsyncCheckpointer:
         self.interval = _check_int("interval", interval, 1, self.n_timesteps)
         staging_buffers = _check_int("staging_buffers", staging_buffers, 1)
         io_threads = _check_int("io_threads", io_threads, 1)
+        if transfers not in ("auto", "background", "inline"):
+            raise ValueError(f"transfers must be 'auto', 'background' or 'inline', got {transfers!r}")
         if blas_threads is not None:
             blas_threads = _check_int("blas_threads", blas_threads, 1)
         self.checkpoint = checkpoint
@@ -124,17 +134,25 @@ class AsyncCheckpointer:
         self.storage, self._owns_storage = open_storage(storage)
         try:
             self._slots = [aligned_buffer(self.nbytes) for _ in range(self.l1_slots)]
+            reserve = getattr(self.storage, "reserve", None)
+            if callable(reserve):
+                reserve(self.nbytes, self.schedule.l2_states)
+            self.transfer_costs: tuple[float, float] | None = None
+            if self._owns_storage:
+                self.transfer_costs = measure_transfer(self.storage, self.nbytes)
+            if transfers == "auto":
+                cheap = (self.transfer_costs is not None
+                         and sum(self.transfer_costs) < 2 * THREAD_HANDOFF_S)
+                transfers = "inline" if cheap else "background"
+            self.transfers = transfers
             self._engine = TransferEngine(
                 self.storage,
                 self.nbytes,
                 staging_buffers=staging_buffers,
                 prefetch_buffers=AsyncMultistage.prefetch_slots,
-                io_threads=io_threads,
+                io_threads=io_threads if transfers == "background" else 0,
                 verify=verify,
             )
-            reserve = getattr(self.storage, "reserve", None)
-            if callable(reserve):
-                reserve(self.nbytes, self.schedule.l2_states)
         except BaseException:
             if self._owns_storage:
                 self.storage.close()
@@ -145,10 +163,11 @@ class AsyncCheckpointer:
         self._actions: Iterator[Action] | None = None
         self._phase = "idle"  # idle -> forward-done -> idle
         self._in_l1: dict[int, np.ndarray] = {}
+        self._known_arrays: list[np.ndarray] = []
         self._stats = Stats()
         log.info("AsyncCheckpointer: n=%d I=%d l1_slots=%d, state %d bytes, Level-1 %.1f MiB, "
-                 "Level-2 %r", self.n_timesteps, self.interval, self.l1_slots, self.nbytes,
-                 self.l1_bytes / 2**20, self.storage)
+                 "Level-2 %r, transfers %s", self.n_timesteps, self.interval, self.l1_slots,
+                 self.nbytes, self.l1_bytes / 2**20, self.storage, self.transfers)
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -258,10 +277,20 @@ class AsyncCheckpointer:
             if limits is not None:
                 limits.restore_original_limits()
 
+    def _checked(self, arrays: Any, method: str, step: int) -> list[np.ndarray]:
+        """``arrays`` from the descriptor, checked against its size and dtype (once for as long as
+        it keeps returning the same array objects)."""
+        known = self._known_arrays
+        if (isinstance(arrays, (list, tuple)) and len(arrays) == len(known)
+                and all(a is b for a, b in zip(arrays, known))):
+            return known
+        checked = check_arrays(arrays, self.nbytes, self.dtype, f"checkpoint.{method}({step})")
+        self._known_arrays = checked
+        return checked
+
     def _interpret(self, until: type) -> None:
         checkpoint, stats, engine = self.checkpoint, self._stats, self._engine
         fwd, rev = self.fwd_operator, self.rev_operator
-        nbytes, dtype = self.nbytes, self.dtype
         in_l1, slots = self._in_l1, self._slots
         clock = time.perf_counter
         l2_held = 0
@@ -278,15 +307,14 @@ class AsyncCheckpointer:
                 stats.reverse_compute_s += clock() - start
                 stats.reverse_steps += 1
             elif kind is Load:
-                arrays = check_arrays(checkpoint.get_data_location(action.step), nbytes, dtype,
-                                      f"checkpoint.get_data_location({action.step})")
+                arrays = self._checked(checkpoint.get_data_location(action.step),
+                                       "get_data_location", action.step)
                 if action.tier is Tier.L1:
                     copy_in(in_l1[action.step], arrays)
                 else:
                     engine.load(action.step, arrays)
             elif kind is Store:
-                arrays = check_arrays(checkpoint.get_data(action.step), nbytes, dtype,
-                                      f"checkpoint.get_data({action.step})")
+                arrays = self._checked(checkpoint.get_data(action.step), "get_data", action.step)
                 if action.tier is Tier.L1:
                     buffer = slots.pop()
                     copy_out(arrays, buffer)

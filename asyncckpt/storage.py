@@ -79,8 +79,18 @@ class Storage(abc.ABC):
         self.close()
 
 
+def _touched(nbytes: int) -> np.ndarray:
+    """A uint8 array of ``nbytes`` whose pages are all touched now, not during the run."""
+    buffer = np.empty(nbytes, dtype=np.uint8)
+    buffer.fill(0)
+    return buffer
+
+
 class HostMemoryStorage(Storage):
-    """Level-2 in host DRAM: one preallocated, touched buffer per stored state, reused."""
+    """Level-2 in host DRAM: one preallocated, touched buffer per stored state, reused.
+
+    ``nbytes_held`` tells how much DRAM it holds, for memory accounting.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -98,10 +108,10 @@ class HostMemoryStorage(Storage):
 
     @property
     def nbytes_held(self) -> int:
-        """Bytes of DRAM this backend holds (stored and spare buffers)."""
+        """Bytes of DRAM this backend's buffers occupy (stored and spare)."""
         with self._lock:
-            count = len(self._stored) + len(self._spare)
-        return count * (self._nbytes or 0)
+            buffers = list(self._stored.values()) + self._spare
+        return sum(b.nbytes if b.base is None else b.base.nbytes for b in buffers)
 
     def _check_size(self, nbytes: int) -> None:
         if self._nbytes != nbytes:
@@ -122,7 +132,7 @@ class HostMemoryStorage(Storage):
         with self._lock:
             self._check_size(nbytes)
             missing = count - len(self._spare) - len(self._stored)
-        fresh = [aligned_buffer(nbytes) for _ in range(max(missing, 0))]
+        fresh = [_touched(nbytes) for _ in range(max(missing, 0))]
         with self._lock:
             self._spare.extend(fresh)
 
@@ -135,7 +145,7 @@ class HostMemoryStorage(Storage):
                 raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
             target = self._spare.pop() if self._spare else None
         if target is None:
-            target = aligned_buffer(buf.nbytes)
+            target = _touched(buf.nbytes)
         np.copyto(target[: buf.nbytes], buf)
         with self._lock:
             self._stored[key] = target
@@ -160,7 +170,7 @@ class HostMemoryStorage(Storage):
                 raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
             spare = self._spare.pop() if self._spare else None
             self._stored[key] = buffer
-        return spare if spare is not None else aligned_buffer(nbytes)
+        return spare if spare is not None else _touched(nbytes)
 
     def get(self, key: int, out: np.ndarray) -> None:
         with self._lock:
@@ -197,8 +207,12 @@ class FileStorage(Storage):
         made under it with :func:`tempfile.mkdtemp`, so two checkpointers or processes on one path
         never share or delete each other's files; everything it made is removed on ``close``.
     direct : bool or None
-        Use O_DIRECT for page-aligned buffers (sustained disk writes at 2.65 GB/s against 0.37 GB/s
-        through the page cache here). None (default): where the filesystem allows it (not tmpfs).
+        Use O_DIRECT for page-aligned states of ``direct_min_bytes`` or more (sustained disk
+        writes at 2.65 GB/s against 0.37 GB/s through the page cache here). None (default): where
+        the filesystem allows it.
+    direct_min_bytes : int
+        Smaller states go through the page cache, where a 32 KiB write takes about 7 us against
+        about 77 us with O_DIRECT here (default 1 MiB).
 
     Notes
     -----
@@ -209,7 +223,8 @@ class FileStorage(Storage):
 
     prefers_aligned_buffers = True
 
-    def __init__(self, path: str | os.PathLike[str], *, direct: bool | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, direct: bool | None = None,
+                 direct_min_bytes: int = 1 << 20) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"FileStorage path must be a str or os.PathLike, got {type(path).__name__}")
         root = Path(path)
@@ -229,6 +244,7 @@ class FileStorage(Storage):
         if not os.access(root, os.W_OK | os.X_OK):
             raise ValueError(f"FileStorage path {str(root)!r} is not writable")
         self.path = root
+        self.direct_min_bytes = direct_min_bytes
         try:
             self.directory = Path(tempfile.mkdtemp(prefix="asyncckpt-", dir=root))
         except OSError as exc:
@@ -316,7 +332,8 @@ class FileStorage(Storage):
         return page
 
     def _aligned(self, array: np.ndarray) -> bool:
-        return self.direct and array.ctypes.data % PAGE == 0
+        return (self.direct and array.nbytes >= self.direct_min_bytes
+                and array.ctypes.data % PAGE == 0)
 
     def put(self, key: int, buf: np.ndarray) -> None:
         with self._lock:

@@ -1,0 +1,2 @@
+"""Experiments of the paper, run as scripts (``python -m experiments.lstm``); not imported by the
+packages."""

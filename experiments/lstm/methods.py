@@ -1,0 +1,100 @@
+"""One forward+backward pass of the LSTM by each method, all with bit-identical gradients."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from .model import LSTM, ForwardOperator, ReverseOperator
+
+__all__ = ["METHODS", "run_method", "describe"]
+
+#: method name -> what it is
+METHODS = {
+    "backprop": "standard backpropagation, every activation stored",
+    "store-all": "pyrevolve Revolver with n - 1 slots (store-all under the checkpointing protocol)",
+    "revolve": "pyrevolve Revolver (Revolve) with s Level-1 slots",
+    "async-dram": "asyncckpt, Level-2 in host DRAM",
+    "async-tmpfs": "asyncckpt, Level-2 on tmpfs (/dev/shm)",
+    "async-disk": "asyncckpt, Level-2 on the disk",
+}
+
+
+def describe(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+    return METHODS[method]
+
+
+def _backprop(model: LSTM, **_: Any) -> dict[str, Any]:
+    saved = []
+    for t in range(model.n_steps):
+        model.step(t)
+        saved.append(model.save_activations())
+    for t in range(model.n_steps - 1, -1, -1):
+        model.restore_activations(saved[t], t)
+        model.adjoint(t)
+    return {}
+
+
+def _pyrevolve(model: LSTM, slots: int) -> dict[str, Any]:
+    import pyrevolve
+
+    revolver = pyrevolve.Revolver(model, ForwardOperator(model), ReverseOperator(model),
+                                  slots, model.n_steps)
+    revolver.apply_forward()
+    revolver.apply_reverse()
+    return {}
+
+
+def _revolve(model: LSTM, slots: int, **_: Any) -> dict[str, Any]:
+    if model.n_steps == 1:
+        return _backprop(model)
+    return _pyrevolve(model, min(slots, model.n_steps - 1))
+
+
+def _store_all(model: LSTM, **_: Any) -> dict[str, Any]:
+    if model.n_steps == 1:
+        return _backprop(model)
+    return _pyrevolve(model, model.n_steps - 1)
+
+
+def _asyncckpt(storage: Callable[[str], Any]) -> Callable[..., dict[str, Any]]:
+    def run(model: LSTM, slots: int, interval: int | str, level2_dir: str, **_: Any) -> dict[str, Any]:
+        from asyncckpt import AsyncCheckpointer
+
+        with AsyncCheckpointer(model, ForwardOperator(model), ReverseOperator(model),
+                               model.n_steps, l1_slots=slots,
+                               interval=interval if isinstance(interval, int) else 1,
+                               storage=storage(level2_dir)) as ckp:
+            ckp.apply_forward()
+            ckp.apply_reverse()
+            stats = ckp.stats
+            # in DRAM, what Level-2 occupies inside the process, its allocations included
+            held = getattr(ckp.storage, "nbytes_held", stats.l2_peak_states * model.nbytes)
+        return {"interval": stats.interval, "l2_writes": stats.l2_writes,
+                "level2_bytes": held,
+                "write_stall_s": stats.write_stall_s, "read_stall_s": stats.read_stall_s,
+                "l1_bytes": stats.l1_bytes}
+    return run
+
+
+RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "backprop": _backprop,
+    "store-all": _store_all,
+    "revolve": _revolve,
+    "async-dram": _asyncckpt(lambda d: None),
+    "async-tmpfs": _asyncckpt(lambda d: "/dev/shm"),
+    "async-disk": _asyncckpt(lambda d: d),
+}
+
+
+def run_method(method: str, model: LSTM, *, slots: int = 10, interval: int | str = 1,
+               level2_dir: str | None = None) -> dict[str, Any]:
+    """Run one forward+backward pass of ``model`` by ``method``; return what the method reports.
+
+    ``level2_dir`` is the disk directory for ``async-disk`` (default: the current directory).
+    """
+    describe(method)
+    return RUNNERS[method](model, slots=slots, interval=interval,
+                           level2_dir=level2_dir or os.getcwd())

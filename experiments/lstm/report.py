@@ -1,0 +1,135 @@
+"""Tables, goal checks and figures from the LSTM results."""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+__all__ = ["table", "goals", "figures"]
+
+MiB = 2**20
+ASYNC = ("async-dram", "async-tmpfs", "async-disk")
+
+
+def _by_method(results: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    out: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for r in results:
+        out[r["method"]][r["n"]] = r
+    return out
+
+
+def working_memory(result: dict[str, Any]) -> float:
+    """Peak RSS, less the Level-2 bytes where Level-2 is in the process (DRAM)."""
+    rss = result["peak_rss_bytes"]
+    return rss - result.get("level2_bytes", 0) if result["method"] == "async-dram" else rss
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """One row per length: per method time (s), peak RSS (MiB) and recompute factor; and whether
+    every method's gradients equal backprop's bit for bit."""
+    methods = list(dict.fromkeys(r["method"] for r in results))
+    by = _by_method(results)
+    lengths = sorted({r["n"] for r in results})
+    header = ["n"] + [f"{m} s / MiB / rf" for m in methods] + ["grads equal"]
+    rows = []
+    for n in lengths:
+        row = [str(n)]
+        hashes = set()
+        for m in methods:
+            r = by[m].get(n)
+            if r is None:
+                row.append("-")
+                continue
+            hashes.add(r["gradient_xxh3"])
+            row.append(f"{r['time_s']:.3f} / {r['peak_rss_bytes'] / MiB:.0f} / "
+                       f"{r['recompute_factor']:.2f}")
+        row.append("yes" if len(hashes) == 1 else f"NO ({len(hashes)} distinct)")
+        rows.append(row)
+    widths = [max(len(x[i]) for x in rows + [header]) for i in range(len(header))]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)
+
+
+def goals(results: list[dict[str, Any]]) -> str:
+    """The issue's goals, computed from the results (ratios, no thresholds hidden)."""
+    by = _by_method(results)
+    lines = []
+    lengths = sorted({r["n"] for r in results})
+    lo, hi = lengths[0], lengths[-1]
+    lines.append(f"memory, peak RSS at n = {hi} / at n = {lo} ({hi // lo}x range; goal <= 1.05 "
+                 "for asyncckpt, DRAM less its Level-2 bytes):")
+    for m in by:
+        if lo in by[m] and hi in by[m]:
+            ratio = working_memory(by[m][hi]) / working_memory(by[m][lo])
+            lines.append(f"  {m:12s} {ratio:6.3f}")
+    if "store-all" in by:
+        lines.append(f"time at n = {hi}, asyncckpt / store-all under the same protocol "
+                     "(goal <= 1.05):")
+        for m in ASYNC:
+            if hi in by.get(m, {}) and hi in by["store-all"]:
+                lines.append(f"  {m:12s} {by[m][hi]['time_s'] / by['store-all'][hi]['time_s']:6.3f}")
+    if "backprop" in by:
+        lines.append(f"time at n = {hi}, asyncckpt / standard backpropagation (each reverse step "
+                     "re-runs its forward step as the taping step):")
+        for m in ASYNC:
+            if hi in by.get(m, {}) and hi in by["backprop"]:
+                lines.append(f"  {m:12s} {by[m][hi]['time_s'] / by['backprop'][hi]['time_s']:6.3f}")
+    if "revolve" in by:
+        lines.append(f"time at n = {hi}, Revolve (pyrevolve) / asyncckpt (goal >= 1.5):")
+        for m in ASYNC:
+            if hi in by.get(m, {}) and hi in by["revolve"]:
+                lines.append(f"  {m:12s} {by['revolve'][hi]['time_s'] / by[m][hi]['time_s']:6.3f}")
+    return "\n".join(lines)
+
+
+def figures(results: list[dict[str, Any]], out: Path) -> list[Path]:
+    """Write Figure 4 (peak memory vs length) and Figure 5 (time and recompute factor vs
+    length) as PNG files; return their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = _by_method(results)
+    style = {"backprop": "k-o", "store-all": "C7--s", "revolve": "C3-^", "async-dram": "C0-D",
+             "async-tmpfs": "C2-v", "async-disk": "C1-x"}
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m, runs in by.items():
+        ns = sorted(runs)
+        ax.plot(ns, [runs[n]["peak_rss_bytes"] / MiB for n in ns], style.get(m, "-o"), label=m)
+        if m == "async-dram":
+            ax.plot(ns, [working_memory(runs[n]) / MiB for n in ns], "C0:", label="async-dram "
+                    "less Level-2")
+    ax.set_xscale("log")
+    ax.set_xlabel("sequence length n (time steps)")
+    ax.set_ylabel("peak resident memory (MiB)")
+    ax.set_title("Fig. 4: peak memory of one forward+backward pass")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    memory_path = out / "fig4_memory.png"
+    fig.savefig(memory_path, dpi=120)
+    plt.close(fig)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for m, runs in by.items():
+        ns = sorted(runs)
+        left.plot(ns, [runs[n]["time_s"] for n in ns], style.get(m, "-o"), label=m)
+        right.plot(ns, [runs[n]["recompute_factor"] for n in ns], style.get(m, "-o"), label=m)
+    for ax, ylabel in ((left, "time, min of repetitions (s)"), (right, "recompute factor")):
+        ax.set_xscale("log")
+        ax.set_xlabel("sequence length n (time steps)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    left.set_yscale("log")
+    left.set_title("Fig. 5a: time of one forward+backward pass")
+    right.set_title("Fig. 5b: recompute factor (forward steps - n) / n")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    time_path = out / "fig5_time.png"
+    fig.savefig(time_path, dpi=120)
+    plt.close(fig)
+    return [memory_path, time_path]

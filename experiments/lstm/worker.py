@@ -1,0 +1,123 @@
+"""One (method, length) measurement in its own process: ``python -m experiments.lstm.worker``.
+
+Prints one JSON line: the minimum time of k forward+backward passes, the process's peak resident
+memory (VmHWM, as ``time`` reports it), what the method kept outside the process (tmpfs, page
+cache), the recompute factor and a hash of the gradients.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from .corpus import load_corpus
+from .kernels import KERNELS
+from .methods import METHODS, run_method
+from .model import LSTM
+
+__all__ = ["main", "peak_rss_bytes"]
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set (VmHWM; ru_maxrss where /proc is missing)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _meminfo(field: str) -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class OutsideMemory:
+    """Samples the growth of /dev/shm (Shmem) and the page cache (Cached) every 20 ms."""
+
+    def __init__(self) -> None:
+        self.base_shmem = _meminfo("Shmem")
+        self.base_cached = _meminfo("Cached")
+        self.shmem = self.cached = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="experiment-meminfo", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.shmem = max(self.shmem, _meminfo("Shmem") - self.base_shmem)
+            self.cached = max(self.cached, _meminfo("Cached") - self.base_cached)
+
+    def __enter__(self) -> "OutsideMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--method", required=True, choices=sorted(METHODS))
+    parser.add_argument("--n", type=int, required=True)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--slots", type=int, default=10)
+    parser.add_argument("--interval", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--kernels", choices=KERNELS, default="numba")
+    parser.add_argument("--level2-dir", default=None)
+    args = parser.parse_args(argv)
+
+    corpus = load_corpus()
+    # compile the kernels and import the method's modules before measuring anything
+    warm = LSTM(corpus, 4, hidden=args.hidden, batch=args.batch, kernels=args.kernels)
+    run_method(args.method, warm, slots=min(args.slots, 3), interval=1, level2_dir=args.level2_dir)
+    del warm
+
+    model = LSTM(corpus, args.n, hidden=args.hidden, batch=args.batch, kernels=args.kernels)
+    times, extra = [], {}
+    with OutsideMemory() as outside:
+        for _ in range(args.repeats):
+            model.reset()
+            start = time.perf_counter()
+            extra = run_method(args.method, model, slots=args.slots, interval=args.interval,
+                               level2_dir=args.level2_dir)
+            times.append(time.perf_counter() - start)
+    gradients = model.gradient_vector()
+    model.rmsprop()  # the training step, after the measured pass
+    result = {
+        "method": args.method,
+        "n": args.n,
+        "time_s": min(times),
+        "times_s": times,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "shmem_growth_bytes": outside.shmem,
+        "page_cache_growth_bytes": outside.cached,
+        "recompute_factor": (model.steps_computed - args.n) / args.n,
+        "gradient_xxh3": xxhash.xxh3_64_hexdigest(np.ascontiguousarray(gradients)),
+        "loss": model.loss,
+        "hidden": args.hidden,
+        "batch": args.batch,
+        "slots": args.slots,
+        "kernels": args.kernels,
+        **extra,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
