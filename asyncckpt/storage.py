@@ -152,8 +152,8 @@ class HostMemoryStorage(Storage):
 
     def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
         """Keep ``buffer`` (a page-aligned Level-1 staging buffer whose first ``nbytes`` bytes are
-        the state) as the stored copy of ``key``, and return a spare buffer of the same size in
-        exchange.
+        the state) as the stored copy of ``key``, and return a spare buffer of at least ``nbytes``
+        bytes in exchange.
 
         In DRAM the staging copy already is the transfer: handing the buffer over saves a second
         memory copy per store. A subclass that overrides :meth:`put` (to add faults, say) gets

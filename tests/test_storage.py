@@ -86,7 +86,7 @@ class TestHostMemoryStorage(StorageConformance):
         staging = aligned_buffer(PAGE)
         staging[:10] = 42
         spare = backend.adopt(1, staging, 10)
-        assert spare is not staging and spare.nbytes == staging.nbytes
+        assert spare is not staging and spare.nbytes >= 10
         out = np.zeros(10, dtype=np.uint8)
         backend.get(1, out)
         assert (out == 42).all()
