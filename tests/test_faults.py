@@ -1,0 +1,215 @@
+"""Faults injected through Level-2 and through the user's operators: each reaches the caller as an
+exception naming the step, the tier and the cause; nothing hangs; close() leaves no thread and no
+file; a corrupted state never yields an adjoint."""
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asyncckpt import AsyncCheckpointer, CorruptionError, StorageFullError, TransferError
+from conftest import asyncckpt_threads, wait_no_threads
+from faults import FaultyFile, FaultyMemory
+from workloads import Forward, Leapfrog, RecurrentCell, Reverse, store_all_reference
+
+pytestmark = pytest.mark.timeout(60)
+
+N, INTERVAL, SLOTS = 40, 4, 2
+
+
+def backends(tmp: Path):
+    return {"memory": lambda **kw: FaultyMemory(**kw), "file": lambda **kw: FaultyFile(tmp, **kw)}
+
+
+@pytest.fixture(params=["memory", "file"])
+def faulty(request, disk_dir: Path):
+    made = []
+
+    def build(**kwargs):
+        storage = backends(disk_dir)[request.param](**kwargs)
+        made.append(storage)
+        return storage
+
+    yield build
+    for storage in made:
+        storage.close()
+
+
+def checkpointer(model, storage, **kwargs) -> AsyncCheckpointer:
+    return AsyncCheckpointer(model, Forward(model), Reverse(model), model.n, l1_slots=SLOTS,
+                             interval=INTERVAL, storage=storage, **kwargs)
+
+
+def assert_clean(ckp: AsyncCheckpointer, storage) -> None:
+    ckp.close()
+    assert wait_no_threads() == []
+    storage.close()
+    directory = getattr(storage, "directory", None)
+    assert directory is None or not directory.exists()
+
+
+@pytest.mark.parametrize("at", [1, 2, 7])
+@pytest.mark.parametrize("transfers", ["background", "inline"])
+def test_failed_write_raises_on_the_caller(faulty, at: int, transfers: str) -> None:
+    model = RecurrentCell(N)
+    storage = faulty(fail_put_at=at)
+    ckp = checkpointer(model, storage, transfers=transfers)
+    with pytest.raises(TransferError) as info:
+        model.reset()
+        ckp.apply_forward()
+        model.reset_adjoint()
+        ckp.apply_reverse()
+    step = (at - 1) * INTERVAL
+    assert f"write of u_{step} on Level-2" in str(info.value)
+    assert "No space left on device" in str(info.value)
+    assert isinstance(info.value.__cause__, OSError)
+    assert info.value.__cause__.errno == errno.ENOSPC
+    assert_clean(ckp, storage)
+
+
+@pytest.mark.parametrize("at", [1, 5])
+def test_failed_read_raises_on_the_caller(faulty, at: int) -> None:
+    model = RecurrentCell(N)
+    storage = faulty(fail_get_at=at)
+    ckp = checkpointer(model, storage)
+    model.reset()
+    ckp.apply_forward()
+    with pytest.raises(TransferError, match=r"read of u_\d+ on Level-2 .*Input/output error") as info:
+        model.reset_adjoint()
+        ckp.apply_reverse()
+    assert isinstance(info.value.__cause__, OSError)
+    assert_clean(ckp, storage)
+
+
+@pytest.mark.parametrize("fault", ["flip_get_at", "short_get_at"])
+@pytest.mark.parametrize("at", [1, 4])
+def test_corrupted_read_never_yields_an_adjoint(faulty, fault: str, at: int) -> None:
+    model = RecurrentCell(N)
+    storage = faulty(**{fault: at})
+    ckp = checkpointer(model, storage)
+    model.reset()
+    ckp.apply_forward()
+    with pytest.raises(TransferError, match="checksum mismatch") as info:
+        model.reset_adjoint()
+        ckp.apply_reverse()
+    assert isinstance(info.value.__cause__, CorruptionError)
+    # the reverse steps of the interval that needed the corrupted state never ran
+    assert ckp.stats.reverse_steps < N
+    assert_clean(ckp, storage)
+
+
+def test_corruption_goes_unnoticed_without_verification_which_is_why_it_is_on() -> None:
+    # the negative control: with verify=False the flipped byte reaches the adjoint
+    model = RecurrentCell(N)
+    reference = store_all_reference(model)
+    storage = FaultyMemory(flip_get_at=3)
+    with checkpointer(model, storage, verify=False) as ckp:
+        model.reset()
+        ckp.apply_forward()
+        model.reset_adjoint()
+        ckp.apply_reverse()
+    assert any(not np.array_equal(a, b) for a, b in zip(model.gradients(), reference))
+
+
+def test_slow_device_still_gives_the_exact_adjoint(faulty) -> None:
+    model = Leapfrog(N)
+    reference = store_all_reference(model)
+    storage = faulty(delay=(0.005, 0.03))
+    ckp = checkpointer(model, storage)
+    model.reset()
+    ckp.apply_forward()
+    model.reset_adjoint()
+    ckp.apply_reverse()
+    for got, want in zip(model.gradients(), reference):
+        assert got.tobytes() == want.tobytes()
+    assert ckp.stats.write_stall_s > 0 or ckp.stats.read_stall_s > 0
+    assert_clean(ckp, storage)
+
+
+def test_device_stalling_for_seconds_is_waited_for() -> None:
+    model = RecurrentCell(12)
+    reference = store_all_reference(model)
+    storage = FaultyMemory(delay=(1.0, 1.5))
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), 12, l1_slots=2, interval=6,
+                           storage=storage) as ckp:
+        model.reset()
+        ckp.apply_forward()
+        model.reset_adjoint()
+        ckp.apply_reverse()
+    for got, want in zip(model.gradients(), reference):
+        assert got.tobytes() == want.tobytes()
+    storage.close()
+
+
+class Boom(Exception):
+    """The user's own exception type."""
+
+
+@pytest.mark.parametrize("sweep", ["forward", "reverse"])
+@pytest.mark.parametrize("operator", ["fwd", "rev"])
+@pytest.mark.parametrize("error", [Boom, KeyboardInterrupt])
+def test_operator_exception_propagates_unchanged(disk_dir: Path, sweep: str, operator: str,
+                                                 error: type) -> None:
+    model = RecurrentCell(N)
+    calls = {"fwd": 0, "rev": 0}
+    fail_at = {("forward", "fwd"): 17, ("reverse", "fwd"): N + 9, ("reverse", "rev"): 5}
+    if (sweep, operator) == ("forward", "rev"):
+        pytest.skip("the reverse operator does not run in the forward sweep")
+    raised = error("from the user's operator")
+
+    class Fwd(Forward):
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            calls["fwd"] += t_end - t_start
+            if operator == "fwd" and calls["fwd"] >= fail_at[(sweep, "fwd")]:
+                raise raised
+            super().apply(t_start=t_start, t_end=t_end)
+
+    class Rev(Reverse):
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            calls["rev"] += 1
+            if operator == "rev" and calls["rev"] >= fail_at[(sweep, "rev")]:
+                raise raised
+            super().apply(t_start=t_start, t_end=t_end)
+
+    ckp = AsyncCheckpointer(model, Fwd(model), Rev(model), N, l1_slots=SLOTS, interval=INTERVAL,
+                            storage=disk_dir)
+    with pytest.raises(error) as info:
+        model.reset()
+        ckp.apply_forward()
+        model.reset_adjoint()
+        ckp.apply_reverse()
+    assert info.value is raised
+    ckp.close()
+    assert wait_no_threads() == []
+    assert list(disk_dir.iterdir()) == []
+
+
+def test_a_new_run_after_a_failure_is_exact(faulty) -> None:
+    model = RecurrentCell(N)
+    reference = store_all_reference(model)
+    storage = faulty(fail_put_at=3)
+    ckp = checkpointer(model, storage)
+    with pytest.raises(TransferError):
+        model.reset()
+        ckp.apply_forward()
+        model.reset_adjoint()
+        ckp.apply_reverse()
+    model.reset()
+    ckp.apply_forward()  # the failed put was the only fault: this run succeeds
+    model.reset_adjoint()
+    ckp.apply_reverse()
+    for got, want in zip(model.gradients(), reference):
+        assert got.tobytes() == want.tobytes()
+    assert_clean(ckp, storage)
+
+
+def test_a_run_that_cannot_fit_on_the_device_fails_before_it_starts(disk_dir: Path) -> None:
+    model = RecurrentCell(10)
+    with pytest.raises(StorageFullError, match=r"the run writes \d+ states .* GiB\), the device "
+                                               r"has [\d.]+ GiB free"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), 10**13, l1_slots=2, interval=1,
+                          storage=disk_dir)
+    assert list(disk_dir.iterdir()) == []
+    assert asyncckpt_threads() == []
