@@ -126,7 +126,14 @@ class TransferEngine:
         self.read_stall_s = 0.0
         self.writes = 0
         self.reads = 0
+        self.held = 0  # states on Level-2 (stored, not yet freed)
+        self.peak_held = 0
         self.peak_in_flight = 0
+
+    def reset_counters(self) -> None:
+        """Zero the per-run counters (a new run begins)."""
+        self.writes = self.reads = self.peak_held = self.peak_in_flight = 0
+        self.write_stall_s = self.read_stall_s = 0.0
 
     # -- worker side ---------------------------------------------------------------------------
 
@@ -204,6 +211,8 @@ class TransferEngine:
         self._writes.append((key, future, buffer))
         self._writing[key] = future
         self.writes += 1
+        self.held += 1
+        self.peak_held = max(self.peak_held, self.held)
         self.peak_in_flight = max(self.peak_in_flight, len(self._writes))
 
     def prefetch(self, key: int) -> None:
@@ -239,6 +248,7 @@ class TransferEngine:
             future, buffer = read
             _wait([future])  # the buffer is in use until its read ends
             self._free_prefetch.append(buffer)
+        self.held -= 1
         if key in self._writing:
             self._doomed.add(key)
         else:
@@ -267,6 +277,7 @@ class TransferEngine:
         self._reads.clear()
         self._digests.clear()
         self._doomed.clear()
+        self.held = 0
         for key in written:
             try:
                 self.storage.delete(key)

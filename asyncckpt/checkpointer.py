@@ -28,6 +28,7 @@ from schedules.actions import Action
 from ._buffers import aligned_buffer, copy_in, copy_out, padded
 from ._calibrate import THREAD_HANDOFF_S, measure_transfer
 from ._engine import TransferEngine
+from ._tuning import IntervalTuner
 from .checkpoint import check_arrays, check_descriptor
 from .stats import Stats
 from .storage import Storage, open_storage
@@ -66,8 +67,11 @@ class AsyncCheckpointer:
         n >= 1.
     l1_slots : int
         Level-1 slots for Revolve inside an interval (>= 1).
-    interval : int
-        I in [1, n]: every I-th state goes to Level-2.
+    interval : int or "auto"
+        I in [1, n]: every I-th state goes to Level-2. "auto" (default): the interval the
+        performance model predicts fastest, from Level-2 transfer times measured at construction
+        and the forward step time measured on the first step of the first run (then on every
+        completed run, with the reverse step time); ``stats.calibration`` records both.
     storage : None, str, os.PathLike or Storage
         Level-2: None for host DRAM, a path for a :class:`~asyncckpt.storage.FileStorage` in a
         private directory under it (a ramdisk or an SSD), or any Storage instance (not closed by
@@ -102,7 +106,7 @@ class AsyncCheckpointer:
         n_timesteps: int,
         *,
         l1_slots: int,
-        interval: int,
+        interval: int | str = "auto",
         storage: Storage | str | os.PathLike[str] | None = None,
         staging_buffers: int = 2,
         io_threads: int = 1,
@@ -116,7 +120,11 @@ class AsyncCheckpointer:
         _check_operator("rev_operator", rev_operator)
         self.n_timesteps = _check_int("n_timesteps", n_timesteps, 1)
         self.l1_slots = _check_int("l1_slots", l1_slots, 1)
-        self.interval = _check_int("interval", interval, 1, self.n_timesteps)
+        if isinstance(interval, str) and interval != "auto":
+            raise ValueError(f"interval must be an int in [1, {n_timesteps}] or 'auto', "
+                             f"got {interval!r}")
+        if interval != "auto":
+            interval = _check_int("interval", interval, 1, self.n_timesteps)
         staging_buffers = _check_int("staging_buffers", staging_buffers, 1)
         io_threads = _check_int("io_threads", io_threads, 1)
         if transfers not in ("auto", "background", "inline"):
@@ -130,15 +138,16 @@ class AsyncCheckpointer:
         self.blas_threads = blas_threads
         check_arrays(checkpoint.get_data(0), self.nbytes, self.dtype, "checkpoint.get_data(0)")
 
-        self.schedule = AsyncMultistage(self.n_timesteps, self.interval, self.l1_slots)
         self.storage, self._owns_storage = open_storage(storage)
+        self.interval = 0
+        self.schedule: AsyncMultistage | None = None
+        self._tuner: IntervalTuner | None = None
         try:
             self._slots = [aligned_buffer(self.nbytes) for _ in range(self.l1_slots)]
-            reserve = getattr(self.storage, "reserve", None)
-            if callable(reserve):
-                reserve(self.nbytes, self.schedule.l2_states)
+            if interval != "auto":
+                self._plan(interval)
             self.transfer_costs: tuple[float, float] | None = None
-            if self._owns_storage:
+            if self._owns_storage or interval == "auto":
                 self.transfer_costs = measure_transfer(self.storage, self.nbytes)
             if transfers == "auto":
                 cheap = (self.transfer_costs is not None
@@ -153,6 +162,13 @@ class AsyncCheckpointer:
                 io_threads=io_threads if transfers == "background" else 0,
                 verify=verify,
             )
+            if interval == "auto":
+                tw, tr = self.transfer_costs  # type: ignore[misc]
+                self._tuner = IntervalTuner(
+                    self.n_timesteps, self.l1_slots, staging_buffers, transfers == "inline",
+                    tw=tw, tr=tr, tc=self._measure_copy())
+                if self.n_timesteps == 1:
+                    self._plan(1)
         except BaseException:
             if self._owns_storage:
                 self.storage.close()
@@ -165,9 +181,30 @@ class AsyncCheckpointer:
         self._in_l1: dict[int, np.ndarray] = {}
         self._known_arrays: list[np.ndarray] = []
         self._stats = Stats()
-        log.info("AsyncCheckpointer: n=%d I=%d l1_slots=%d, state %d bytes, Level-1 %.1f MiB, "
-                 "Level-2 %r, transfers %s", self.n_timesteps, self.interval, self.l1_slots,
+        log.info("AsyncCheckpointer: n=%d I=%s l1_slots=%d, state %d bytes, Level-1 %.1f MiB, "
+                 "Level-2 %r, transfers %s", self.n_timesteps, interval, self.l1_slots,
                  self.nbytes, self.l1_bytes / 2**20, self.storage, self.transfers)
+
+    def _plan(self, interval: int) -> None:
+        """Use ``interval`` from now on: build its schedule and make room on Level-2."""
+        if self.schedule is not None and interval == self.interval:
+            return
+        self.interval = interval
+        self.schedule = AsyncMultistage(self.n_timesteps, interval, self.l1_slots)
+        reserve = getattr(self.storage, "reserve", None)
+        if callable(reserve):
+            reserve(self.nbytes, self.schedule.l2_states)
+
+    def _measure_copy(self, repeats: int = 3) -> float:
+        """Median seconds of the staging copy of one state (a store's cost to the caller)."""
+        arrays = check_arrays(self.checkpoint.get_data(0), self.nbytes, self.dtype,
+                              "checkpoint.get_data(0)")
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            copy_out(arrays, self._slots[0])
+            times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2]
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -186,9 +223,15 @@ class AsyncCheckpointer:
             self._abandon_run()
         self._stats = Stats(n_timesteps=self.n_timesteps, interval=self.interval,
                             l1_slots=self.l1_slots, l1_bytes=self.l1_bytes)
-        self._engine.writes = self._engine.reads = 0
-        self._engine.write_stall_s = self._engine.read_stall_s = 0.0
-        self._actions = iter(self.schedule)
+        self._engine.reset_counters()
+        tuner = self._tuner
+        if tuner is not None and tuner.tf is None and self.n_timesteps > 1:
+            self._actions = self._calibrating_actions(tuner)
+        else:
+            if tuner is not None and self.n_timesteps > 1:
+                self._choose(tuner)
+            assert self.schedule is not None
+            self._actions = iter(self.schedule)
         self._phase = "forward"
         start = time.perf_counter()
         try:
@@ -214,6 +257,40 @@ class AsyncCheckpointer:
             self._collect()
         self._actions = None
         self._phase = "idle"
+        stats = self._stats
+        if self._tuner is not None:
+            predicted = stats.calibration.get("predicted_total_s")
+            if predicted:
+                stats.calibration["measured_over_predicted"] = stats.total_s / predicted
+            self._tuner.learn(stats.forward_compute_s, stats.forward_steps,
+                              stats.reverse_compute_s, stats.reverse_steps)
+
+    def _choose(self, tuner: IntervalTuner) -> None:
+        choice = tuner.choose()
+        self._plan(choice.interval)
+        self._stats.interval = choice.interval
+        self._stats.calibration = tuner.record(choice)
+
+    def _calibrating_actions(self, tuner: IntervalTuner) -> Iterator[Action]:
+        """The first run with ``interval="auto"``: time the first forward step, choose the
+        interval, then follow its schedule. Every schedule for n >= 2 opens with
+        ``Store(0, L2)`` and an advance from u_0, so the work is the schedule's to the step."""
+        arrays = self._checked(self.checkpoint.get_data(0), "get_data", 0)
+        self._engine.store(0, arrays)
+        start = time.perf_counter()
+        self.fwd_operator.apply(t_start=0, t_end=1)
+        tuner.tf = max(time.perf_counter() - start, 1e-9)
+        self._stats.forward_compute_s += tuner.tf
+        self._stats.forward_steps += 1
+        self._choose(tuner)
+        assert self.schedule is not None
+        actions = iter(self.schedule)
+        first, second = next(actions), next(actions)
+        if first != Store(0, Tier.L2) or type(second) is not Advance or second.start != 0:
+            raise AssertionError(f"{self.schedule!r} opens with {first!r}, {second!r}")
+        if second.end > 1:
+            yield Advance(1, second.end)
+        yield from actions
 
     def close(self) -> None:
         """Stop the I/O threads and release Level-2 (delete its files); safe to call twice."""
@@ -244,8 +321,9 @@ class AsyncCheckpointer:
                 pass
 
     def __repr__(self) -> str:
+        interval = self.interval if self._tuner is None else "'auto'"
         return (f"AsyncCheckpointer(n_timesteps={self.n_timesteps}, l1_slots={self.l1_slots}, "
-                f"interval={self.interval}, storage={self.storage!r})")
+                f"interval={interval}, storage={self.storage!r})")
 
     # -- interpretation ------------------------------------------------------------------------
 
@@ -266,6 +344,7 @@ class AsyncCheckpointer:
         stats.bytes_written = engine.writes * self.nbytes
         stats.bytes_read = engine.reads * self.nbytes
         stats.write_stall_s, stats.read_stall_s = engine.write_stall_s, engine.read_stall_s
+        stats.l2_peak_states = engine.peak_held
 
     def _run(self, until: type) -> None:
         assert self._actions is not None
@@ -293,7 +372,6 @@ class AsyncCheckpointer:
         fwd, rev = self.fwd_operator, self.rev_operator
         in_l1, slots = self._in_l1, self._slots
         clock = time.perf_counter
-        l2_held = 0
         for action in self._actions:  # type: ignore[union-attr]
             kind = type(action)
             if kind is Advance:
@@ -322,8 +400,6 @@ class AsyncCheckpointer:
                     stats.l1_peak_slots = max(stats.l1_peak_slots, len(in_l1))
                 else:
                     engine.store(action.step, arrays)
-                    l2_held += 1
-                    stats.l2_peak_states = max(stats.l2_peak_states, l2_held)
             elif kind is Free:
                 if action.tier is Tier.L1:
                     slots.append(in_l1.pop(action.step))

@@ -78,7 +78,7 @@ MODELS = {"recurrent": RecurrentCell, "leapfrog": Leapfrog}
 def test_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_path: Path) -> None:
     model_name = data.draw(st.sampled_from(sorted(MODELS)), label="model")
     n = data.draw(st.integers(1, 60), label="n")
-    interval = data.draw(st.integers(1, n), label="interval")
+    interval = data.draw(st.one_of(st.integers(1, n), st.just("auto")), label="interval")
     l1_slots = data.draw(st.integers(1, 6), label="l1_slots")
     kind = data.draw(st.sampled_from(["dram", "tmpfs", "disk", "user"]), label="storage")
     model = MODELS[model_name](n)
@@ -88,7 +88,7 @@ def test_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_path: Pat
         for _ in range(2):  # a second forward+reverse on the same checkpointer
             assert_bit_identical(run(model, ckp), reference)
             model.trace.check_protocol(n)
-            counts = simulate(AsyncMultistage(n, interval, l1_slots))
+            counts = simulate(AsyncMultistage(n, ckp.stats.interval, l1_slots))
             assert model.trace.forward_steps() == ckp.stats.forward_steps == counts.forward_steps
             assert ckp.stats.reverse_steps == n
             assert ckp.stats.l2_writes == counts.l2_writes
@@ -235,3 +235,34 @@ def test_forward_again_without_reverse_starts_a_new_run(shm_dir: Path) -> None:
         model.reset()
         ckp.apply_forward()
         assert_bit_identical(run(model, ckp), reference)
+
+
+def test_auto_interval_calibrates_and_records_its_prediction() -> None:
+    n = 200
+    model = RecurrentCell(n)
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3) as ckp:
+        for run_number in range(2):
+            assert_bit_identical(run(model, ckp), reference)
+            calibration = ckp.stats.calibration
+            assert 1 <= calibration["interval"] == ckp.stats.interval <= n
+            assert calibration["tf_s"] > 0 and calibration["tw_s"] >= 0
+            assert calibration["tb_measured"] is (run_number == 1)
+            assert calibration["measured_over_predicted"] > 0
+            assert model.trace.forward_steps() == ckp.stats.forward_steps == simulate(
+                AsyncMultistage(n, ckp.stats.interval, 3)).forward_steps
+    assert "interval='auto'" in repr(ckp)
+
+
+def test_auto_interval_with_one_step() -> None:
+    model = Leapfrog(1)
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), 1, l1_slots=1) as ckp:
+        assert_bit_identical(run(model, ckp), reference)
+        assert ckp.stats.interval == 1
+
+
+def test_interval_names_the_accepted_values() -> None:
+    model = RecurrentCell(5)
+    with pytest.raises(ValueError, match=r"interval must be an int in \[1, 5\] or 'auto', got 'fast'"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), 5, l1_slots=1, interval="fast")
