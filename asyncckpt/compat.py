@@ -1,0 +1,171 @@
+"""pyrevolve drop-in: change ``from pyrevolve import Revolver`` to
+``from asyncckpt.compat import Revolver`` and keep your operators and checkpoint objects.
+
+``Revolver(checkpoint, fwd_operator, rev_operator, n_checkpoints, n_timesteps)`` takes pyrevolve
+2.2.8's arguments, positionally, and runs asynchronous multistage checkpointing with
+``n_checkpoints`` as the Level-1 budget. Level-2 and the interval come from keyword options, else
+from the environment, else from their defaults:
+
+============================  =========================  =======================================
+keyword                       environment variable       default
+============================  =========================  =======================================
+``storage``                   ``ASYNCCKPT_STORAGE``      host DRAM (``dram``); else a directory
+``interval``                  ``ASYNCCKPT_INTERVAL``     ``auto`` (chosen by the model)
+============================  =========================  =======================================
+
+Other keywords go to :class:`asyncckpt.AsyncCheckpointer`. pyrevolve itself is never imported.
+"""
+from __future__ import annotations
+
+import abc
+import math
+import os
+from typing import Any
+
+import psutil
+
+from schedules import simulate
+
+from ._buffers import padded
+from .checkpoint import Checkpoint, check_descriptor
+from .checkpointer import AsyncCheckpointer
+from .stats import Stats
+from .storage import Storage
+
+__all__ = ["Revolver", "Operator", "Checkpoint", "choose_l1_slots"]
+
+#: Share of the available memory that ``n_checkpoints=None`` lets Level-1 slots take.
+MEMORY_SHARE = 0.25
+
+
+class Operator(abc.ABC):
+    """Base of forward and reverse operators, as pyrevolve's: one ``apply`` called with the
+    keywords ``t_start`` and ``t_end``."""
+
+    @abc.abstractmethod
+    def apply(self, **kwargs: Any) -> None:
+        """Forward: advance the live state from u_{t_start} to u_{t_end}. Reverse: the adjoint of
+        step t_start (t_end = t_start + 1)."""
+
+
+def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None) -> int:
+    """Level-1 slots for ``n_checkpoints=None``: as many states as fit in a quarter of the
+    available memory (psutil), beside the four staging and prefetch buffers, at most n."""
+    available = psutil.virtual_memory().available if available is None else available
+    fit = int(MEMORY_SHARE * available // padded(nbytes)) - 4
+    if fit < 1:
+        raise MemoryError(
+            f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
+            f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
+        )
+    return max(1, min(fit, n_timesteps))
+
+
+def _from_environment(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+class Revolver:
+    """pyrevolve's ``Revolver``, running asynchronous multistage checkpointing.
+
+    Parameters
+    ----------
+    checkpoint : pyrevolve-style checkpoint object
+        ``size``, ``dtype``, ``get_data(t)``, ``get_data_location(t)``; a subclass of pyrevolve's
+        own ``Checkpoint`` works unchanged.
+    fwd_operator, rev_operator : objects with ``apply(t_start=..., t_end=...)``
+    n_checkpoints : int or None
+        Level-1 slots (>= 1). None: :func:`choose_l1_slots` from the state size and free memory.
+    n_timesteps : int
+        n (>= 1).
+    storage : None, "dram", path or Storage, optional
+        Level-2; default ``$ASYNCCKPT_STORAGE``, else host DRAM.
+    interval : int or "auto", optional
+        Default ``$ASYNCCKPT_INTERVAL``, else "auto".
+    **options
+        Passed to :class:`~asyncckpt.AsyncCheckpointer`.
+
+    Notes
+    -----
+    Unlike pyrevolve: 0 checkpoints or n = 1 give a clear error or a correct run (never a
+    segfault or ZeroDivisionError), a second ``apply_forward()`` starts a new run, and nothing is
+    printed or logged at DEBUG by default.
+    """
+
+    def __init__(self, checkpoint: Any, fwd_operator: Any, rev_operator: Any,
+                 n_checkpoints: int | None, n_timesteps: int, *,
+                 storage: Storage | str | os.PathLike[str] | None = None,
+                 interval: int | str | None = None, **options: Any) -> None:
+        if n_timesteps is None:
+            raise ValueError("n_timesteps is None: online checkpointing (unknown n) is not "
+                             "supported; give the number of time steps")
+        nbytes = check_descriptor(checkpoint)
+        if n_checkpoints is None:
+            if isinstance(n_timesteps, int) and n_timesteps >= 1:
+                n_checkpoints = choose_l1_slots(nbytes, n_timesteps)
+        elif isinstance(n_checkpoints, int) and not isinstance(n_checkpoints, bool) \
+                and n_checkpoints < 1:
+            raise ValueError(f"n_checkpoints must be >= 1 (one Level-1 slot at least), got "
+                             f"{n_checkpoints}")
+        if storage is None:
+            storage = _from_environment("ASYNCCKPT_STORAGE")
+        if isinstance(storage, str) and storage.lower() == "dram":
+            storage = None
+        if interval is None:
+            text = _from_environment("ASYNCCKPT_INTERVAL") or "auto"
+            try:
+                interval = int(text)
+            except ValueError:
+                interval = text
+        self.checkpoint = checkpoint
+        self.fwd_operator = fwd_operator
+        self.rev_operator = rev_operator
+        self.n_checkpoints = n_checkpoints
+        self.n_timesteps = n_timesteps
+        self._counted: tuple[object, int] | None = None
+        self.checkpointer = AsyncCheckpointer(
+            checkpoint, fwd_operator, rev_operator, n_timesteps, l1_slots=n_checkpoints,
+            interval=interval, storage=storage, **options)
+
+    def apply_forward(self) -> None:
+        """The forward sweep, u_0 to u_n; a second call starts a new run."""
+        self.checkpointer.apply_forward()
+
+    def apply_reverse(self) -> None:
+        """The reverse sweep: the adjoint of steps n-1 down to 0."""
+        self.checkpointer.apply_reverse()
+
+    @property
+    def stats(self) -> Stats:
+        """The run's counts and timings (see :class:`asyncckpt.Stats`)."""
+        return self.checkpointer.stats
+
+    @property
+    def ratio(self) -> float:
+        """pyrevolve's ``ratio``: (forward steps of the schedule - n) / n, taping steps included
+        (the same as ``stats.recompute_factor`` after a run).
+
+        Known once the interval is: at construction for a fixed interval, after the first
+        ``apply_forward()`` for "auto"; NaN before.
+        """
+        schedule = self.checkpointer.schedule
+        if schedule is None:
+            return math.nan
+        if self._counted is None or self._counted[0] is not schedule:
+            self._counted = (schedule, simulate(schedule).forward_steps)
+        return (self._counted[1] - self.n_timesteps) / self.n_timesteps
+
+    def close(self) -> None:
+        """Stop the I/O threads and delete the Level-2 files."""
+        self.checkpointer.close()
+
+    def __enter__(self) -> "Revolver":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Revolver(n_checkpoints={self.n_checkpoints}, n_timesteps={self.n_timesteps}, "
+                f"{self.checkpointer!r})")

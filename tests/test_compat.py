@@ -1,0 +1,167 @@
+"""asyncckpt.compat.Revolver against pyrevolve.Revolver on the same user objects."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from asyncckpt.compat import Checkpoint, Operator, Revolver, choose_l1_slots
+from workloads import Forward, Leapfrog, RecurrentCell, Reverse
+
+pyrevolve = pytest.importorskip("pyrevolve")
+
+
+class PyrevolveLeapfrog(pyrevolve.Checkpoint):
+    """A user's checkpoint written for pyrevolve: subclasses pyrevolve's own class."""
+
+    def __init__(self, model: Leapfrog) -> None:
+        self.model = model
+
+    @property
+    def size(self) -> int:
+        return self.model.size
+
+    @property
+    def dtype(self):
+        return self.model.dtype
+
+    def get_data(self, timestep: int):
+        return self.model.get_data(timestep)
+
+    def get_data_location(self, timestep: int):
+        return self.model.get_data_location(timestep)
+
+
+def run(revolver_class, model, checkpoint, slots: int, n: int) -> list[np.ndarray]:
+    model.reset()
+    model.trace.calls.clear()
+    revolver = revolver_class(checkpoint, Forward(model), Reverse(model), slots, n)
+    revolver.apply_forward()
+    model.reset_adjoint()
+    revolver.apply_reverse()
+    model.trace.check_protocol(n)
+    if hasattr(revolver, "close"):
+        revolver.close()
+    return model.gradients()
+
+
+@pytest.mark.parametrize(("slots", "n"), [(1, 2), (2, 10), (3, 37), (5, 100), (10, 250), (30, 31)])
+@pytest.mark.parametrize("workload", ["leapfrog", "recurrent"])
+def test_same_adjoints_as_pyrevolve(slots: int, n: int, workload: str) -> None:
+    if workload == "leapfrog":
+        model = Leapfrog(n)
+        checkpoint = PyrevolveLeapfrog(model)
+    else:
+        model = RecurrentCell(n)
+        checkpoint = model
+    theirs = run(pyrevolve.Revolver, model, checkpoint, slots, n)
+    ours = run(Revolver, model, checkpoint, slots, n)
+    for a, b in zip(ours, theirs):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_first_reverse_step_directly_follows_the_forward_sweep() -> None:
+    n = 20
+    model = RecurrentCell(n)
+    with Revolver(model, Forward(model), Reverse(model), 3, n, interval=4) as revolver:
+        model.reset()
+        revolver.apply_forward()
+        last_forward = model.trace.calls[-1]
+        assert last_forward[0] == "fwd" and last_forward[2] == n
+        count = len(model.trace.calls)
+        revolver.apply_reverse()
+        assert model.trace.calls[count] == ("rev", n - 1)
+
+
+def test_ratio_matches_pyrevolves_definition() -> None:
+    n, slots = 100, 5
+    model = RecurrentCell(n)
+    theirs = pyrevolve.Revolver(model, Forward(model), Reverse(model), slots, n)
+    with Revolver(model, Forward(model), Reverse(model), slots, n, interval=n) as ours:
+        # interval n: one interval, so Revolve with one more slot than pyrevolve's
+        flat = pyrevolve.Revolver(model, Forward(model), Reverse(model), slots + 1, n)
+        assert ours.ratio == pytest.approx(flat.ratio)
+    assert theirs.ratio > 0
+    with Revolver(model, Forward(model), Reverse(model), slots, n) as auto:
+        assert np.isnan(auto.ratio)
+        model.reset()
+        auto.apply_forward()
+        assert auto.ratio >= 1.0 - 1 / n
+
+
+def test_a_second_forward_starts_a_new_run() -> None:
+    n = 15
+    model = RecurrentCell(n)
+    with Revolver(model, Forward(model), Reverse(model), 2, n) as revolver:
+        model.reset()
+        revolver.apply_forward()
+        model.reset()
+        revolver.apply_forward()
+        model.reset_adjoint()
+        revolver.apply_reverse()
+        model.trace.check_protocol(n)
+
+
+def test_zero_checkpoints_and_one_step() -> None:
+    model = RecurrentCell(5)
+    with pytest.raises(ValueError, match="n_checkpoints must be >= 1"):
+        Revolver(model, Forward(model), Reverse(model), 0, 5)
+    with pytest.raises(ValueError, match="n_timesteps is None"):
+        Revolver(model, Forward(model), Reverse(model), 2, None)
+    single = RecurrentCell(1)
+    with Revolver(single, Forward(single), Reverse(single), 1, 1) as revolver:
+        single.reset()
+        revolver.apply_forward()
+        single.reset_adjoint()
+        revolver.apply_reverse()
+    single.trace.check_protocol(1)
+
+
+def test_none_checkpoints_chooses_from_free_memory() -> None:
+    assert choose_l1_slots(1000, 50, available=10**9) == 50
+    assert choose_l1_slots(10**8, 10**6, available=4 * 10**9) == 6
+    with pytest.raises(MemoryError, match="no room for a Level-1 slot"):
+        choose_l1_slots(10**9, 10, available=10**9)
+    model = RecurrentCell(8)
+    with Revolver(model, Forward(model), Reverse(model), None, 8) as revolver:
+        assert revolver.n_checkpoints == 8
+
+
+def test_storage_and_interval_from_the_environment(monkeypatch, disk_dir) -> None:
+    monkeypatch.setenv("ASYNCCKPT_STORAGE", str(disk_dir))
+    monkeypatch.setenv("ASYNCCKPT_INTERVAL", "3")
+    model = RecurrentCell(10)
+    with Revolver(model, Forward(model), Reverse(model), 2, 10) as revolver:
+        assert revolver.checkpointer.interval == 3
+        assert len(list(disk_dir.iterdir())) == 1
+    assert list(disk_dir.iterdir()) == []
+
+
+def test_base_classes() -> None:
+    class Fwd(Operator):
+        def apply(self, **kwargs) -> None:
+            pass
+
+    Fwd().apply(t_start=0, t_end=1)
+    with pytest.raises(TypeError):
+        Operator()  # type: ignore[abstract]
+
+    class Desc(Checkpoint):
+        size = 4
+        dtype = np.float32
+
+        def get_data(self, t):
+            return [np.zeros(4, np.float32)]
+
+        def get_data_location(self, t):
+            return self.get_data(t)
+
+    assert Desc().nbytes == 16
+
+
+def test_compat_does_not_import_pyrevolve() -> None:
+    code = "import sys, asyncckpt.compat; print('pyrevolve' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
