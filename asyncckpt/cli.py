@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
+
+import numpy as np
 
 from schedules import AsyncMultistage, Revolve, simulate
 from schedules.model import (
@@ -13,6 +16,10 @@ from schedules.model import (
     predict_revolve,
     predict_store_all,
 )
+
+from ._buffers import aligned_buffer, copy_out
+from ._calibrate import measure_transfer
+from .storage import FileStorage, HostMemoryStorage, Storage
 
 __all__ = ["main", "build_parser"]
 
@@ -73,6 +80,86 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _storage(text: str) -> Storage:
+    if text.lower() == "dram":
+        return HostMemoryStorage()
+    return FileStorage(text)
+
+
+def _mib(text: str) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size in MiB, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a size > 0 MiB, got {text!r}")
+    return max(1, int(value * 2**20))
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    nbytes = args.mib
+    storage = _storage(args.storage)
+    try:
+        storage.reserve(nbytes, 4)
+        tw, tr = measure_transfer(storage, nbytes, repeats=args.repeats)
+    finally:
+        storage.close()
+    buffer, source = aligned_buffer(nbytes), aligned_buffer(nbytes)
+    start = time.perf_counter()
+    for _ in range(args.repeats):
+        copy_out([source[:nbytes]], buffer)
+    tc = (time.perf_counter() - start) / args.repeats
+    costs = Costs(tf=args.tf, tb=args.tb, tw=tw, tr=tr, tc=tc, nbytes=nbytes)
+    choice = choose_interval(args.n, args.l1_slots, costs)
+    store_all = choice.store_all.total_s
+    print(f"Level-2 {storage!r}: state of {nbytes / 2**20:.2f} MiB, write {tw * 1e3:.3f} ms "
+          f"({nbytes / tw / 1e9:.2f} GB/s), read {tr * 1e3:.3f} ms ({nbytes / tr / 1e9:.2f} GB/s), "
+          f"staging copy {tc * 1e3:.3f} ms")
+    print(f"n = {args.n}, l1_slots = {args.l1_slots}, tf = {args.tf:g} s, tb = {args.tb:g} s")
+    rows = [
+        ["store-all (no memory limit)", "-", f"{store_all:.4g}", "1.000"],
+        ["revolve", "-", f"{choice.revolve.total_s:.4g}", f"{choice.revolve.total_s / store_all:.3f}"],
+        ["asyncckpt", str(choice.interval), f"{choice.prediction.total_s:.4g}",
+         f"{choice.prediction.total_s / store_all:.3f}"],
+    ]
+    print(_table(rows, ["strategy", "interval", "predicted s", "vs store-all"]))
+    print(f"recommended interval: {choice.interval} (write stall {choice.prediction.write_stall_s:.3g} s, "
+          f"read stall {choice.prediction.read_stall_s:.3g} s predicted)")
+    return 0
+
+
+def cmd_bench_storage(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    nbytes = args.state_mib
+    count = max(1, int(args.total_gib * 2**30) // nbytes)
+    storage = _storage(args.path)
+    try:
+        storage.reserve(nbytes, count)
+        buffer = aligned_buffer(nbytes)
+        view = buffer[:nbytes]
+        view[:] = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
+        start = time.perf_counter()
+        for key in tqdm(range(count), desc="write", unit="state"):
+            storage.put(key, view)
+        drop = getattr(storage, "drop_cache", None)
+        if drop is not None:
+            drop()
+        write_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for key in tqdm(range(count - 1, -1, -1), desc="read (reverse order)", unit="state"):
+            storage.get(key, view)
+        read_s = time.perf_counter() - start
+    finally:
+        storage.close()
+    total = count * nbytes
+    cold = "cold" if getattr(storage, "drop_cache", None) else "DRAM"
+    print(f"{storage!r}: {count} states of {nbytes / 2**20:.2f} MiB ({total / 2**30:.2f} GiB)")
+    print(f"sustained write {total / write_s / 1e9:.2f} GB/s (flushed to the device), "
+          f"{cold} read in reverse order {total / read_s / 1e9:.2f} GB/s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``python -m asyncckpt``."""
     parser = argparse.ArgumentParser(prog="python -m asyncckpt", description=__doc__)
@@ -93,6 +180,36 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--tw", type=_seconds, default=0.0, help="seconds to write a state to Level-2")
     sim.add_argument("--tr", type=_seconds, default=0.0, help="seconds to read a state back")
     sim.set_defaults(func=cmd_simulate)
+
+    tune = sub.add_parser("tune", help="measure a Level-2 device and recommend an interval",
+                          description="Measure the write and read time of one state on a Level-2 "
+                          "device through the runtime's own I/O path, then print the interval "
+                          "the performance model predicts fastest, with its predicted time "
+                          "against store-all and Revolve.")
+    tune.add_argument("--storage", default="dram",
+                      help="'dram' or a directory on the device (default dram)")
+    tune.add_argument("--mib", type=_mib, default=8 * 2**20, help="state size in MiB (default 8)")
+    tune.add_argument("--tf", type=_seconds, required=True, help="seconds per forward step")
+    tune.add_argument("--tb", type=_seconds, required=True,
+                      help="seconds per reverse step, its taping step included")
+    tune.add_argument("--n", type=_positive_int, default=1000, help="time steps (default 1000)")
+    tune.add_argument("--l1-slots", type=_positive_int, default=10,
+                      help="Level-1 slots (default 10)")
+    tune.add_argument("--repeats", type=_positive_int, default=5,
+                      help="measurements, median taken (default 5)")
+    tune.set_defaults(func=cmd_tune)
+
+    bench = sub.add_parser("bench-storage", help="sustained write and cold read bandwidth of a "
+                           "Level-2 device",
+                           description="Write states back to back to a Level-2 device through "
+                           "the runtime's own I/O path, flush them, drop them from the page cache "
+                           "and read them back in reverse order.")
+    bench.add_argument("path", help="a directory on the device, or 'dram'")
+    bench.add_argument("--state-mib", type=_mib, default=8 * 2**20,
+                       help="state size in MiB (default 8)")
+    bench.add_argument("--total-gib", type=float, default=1.0,
+                       help="GiB to write in all (default 1)")
+    bench.set_defaults(func=cmd_bench_storage)
     return parser
 
 
@@ -102,6 +219,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         parser.error(str(exc))
         return 2

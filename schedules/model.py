@@ -14,10 +14,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .actions import Advance, Free, Load, Prefetch, Reverse, Store, Tier
-from .multistage import AsyncMultistage
-from .revolve import optimal_forward_steps, optimal_recomputations
+from .actions import Advance, EndForward, Free, Load, Prefetch, Reverse, Store, Tier
 from ._args import check_int
+from .revolve import optimal_forward_steps, optimal_recomputations
 
 __all__ = [
     "Costs",
@@ -180,7 +179,7 @@ def simulate_times(actions: Iterable[object], costs: Costs, *, staging_buffers: 
         elif kind is Free:
             if action.tier is Tier.L2:
                 arrives.pop(action.step, None)
-        elif forward_end is None and kind.__name__ == "EndForward":
+        elif kind is EndForward and forward_end is None:
             forward_end = now
     forward_end = now if forward_end is None else forward_end
     return Prediction("simulated", now, forward_end, now - forward_end, steps, write_stall,
@@ -222,6 +221,3 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     return IntervalChoice(best_interval, best, predict_revolve(n, l1_slots, costs),
                           predict_store_all(n, costs))
 
-
-# AsyncMultistage is imported for users composing the model with a schedule in one namespace.
-_ = AsyncMultistage

@@ -1,0 +1,107 @@
+"""The performance model: closed forms against the event simulation, stalls, interval choice."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedules import AsyncMultistage, Revolve, simulate
+from schedules.model import (
+    Costs,
+    choose_interval,
+    predict_async_multistage,
+    predict_revolve,
+    predict_store_all,
+    simulate_times,
+)
+
+times = st.floats(0.1, 10.0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), tf=times, extra=times)
+def test_closed_forms_equal_the_event_simulation_when_transfers_are_free(data, tf, extra) -> None:
+    n = data.draw(st.integers(1, 400), label="n")
+    interval = data.draw(st.integers(1, n), label="interval")
+    slots = data.draw(st.integers(1, 8), label="slots")
+    costs = Costs(tf=tf, tb=tf + extra)
+    closed = predict_async_multistage(n, interval, slots, costs)
+    event = simulate_times(AsyncMultistage(n, interval, slots), costs)
+    assert closed.total_s == pytest.approx(event.total_s, rel=1e-9)
+    assert closed.forward_steps == event.forward_steps == simulate(
+        AsyncMultistage(n, interval, slots)).forward_steps
+    assert predict_revolve(n, slots, costs).total_s == pytest.approx(
+        simulate_times(Revolve(n, slots), costs).total_s, rel=1e-9)
+
+
+def test_store_all_is_n_forward_plus_n_reverse_less_the_shared_taping_step() -> None:
+    costs = Costs(tf=1.0, tb=3.0)
+    assert predict_store_all(10, costs).total_s == 9 * 1.0 + 10 * 3.0
+    # interval 1 with free transfers costs exactly store-all
+    assert predict_async_multistage(10, 1, 1, costs).total_s == predict_store_all(10, costs).total_s
+
+
+def test_event_simulation_predicts_write_stalls_when_writes_cannot_keep_up() -> None:
+    n, interval = 200, 2
+    slow = Costs(tf=1.0, tb=2.0, tw=5.0, tr=1.0)  # a write takes longer than an interval
+    event = simulate_times(AsyncMultistage(n, interval, 3), slow)
+    closed = predict_async_multistage(n, interval, 3, slow)
+    assert event.write_stall_s > 0
+    # each interval is write-bound: (tw - I tf) per write, beyond the staging buffers
+    assert event.write_stall_s == pytest.approx((5.0 - 2.0) * (n / interval - 2), rel=0.05)
+    assert closed.write_stall_s == pytest.approx(event.write_stall_s, rel=0.05)
+    fast = Costs(tf=1.0, tb=2.0, tw=1.5, tr=1.0)
+    assert simulate_times(AsyncMultistage(n, interval, 3), fast).write_stall_s == 0
+
+
+def test_event_simulation_predicts_late_prefetches() -> None:
+    costs = Costs(tf=1.0, tb=2.0, tw=0.5, tr=30.0)  # a read takes longer than reversing an interval
+    event = simulate_times(AsyncMultistage(100, 5, 4), costs)
+    assert event.read_stall_s > 0
+    assert predict_async_multistage(100, 5, 4, costs).read_stall_s == pytest.approx(
+        event.read_stall_s, rel=0.1)
+
+
+@pytest.mark.parametrize("tw", [0.0, 0.3, 1.0])
+def test_choose_interval_is_one_when_writes_keep_up(tw: float) -> None:
+    choice = choose_interval(500, 5, Costs(tf=1.0, tb=2.0, tw=tw, tr=tw))
+    assert choice.interval == 1
+    assert choice.prediction.total_s == pytest.approx(choice.store_all.total_s)
+    assert choice.revolve.total_s > choice.prediction.total_s
+
+
+def test_choose_interval_grows_with_the_write_time() -> None:
+    chosen = [choose_interval(2000, 10, Costs(tf=1.0, tb=2.0, tw=tw, tr=tw)).interval
+              for tw in (2.0, 8.0, 32.0)]
+    assert chosen == sorted(chosen) and chosen[0] > 1 and chosen[-1] > chosen[0]
+    for tw, interval in zip((2.0, 8.0, 32.0), chosen):
+        costs = Costs(tf=1.0, tb=2.0, tw=tw, tr=tw)
+        best = predict_async_multistage(2000, interval, 10, costs).total_s
+        for other in range(1, 200):
+            assert predict_async_multistage(2000, other, 10, costs).total_s >= best - 1e-9
+
+
+def test_asynchronous_is_never_slower_than_revolve_with_free_transfers() -> None:
+    costs = Costs(tf=1.0, tb=2.0)
+    for n in (10, 100, 1000, 10000):
+        for interval in (1, 10, n):
+            assert (predict_async_multistage(n, interval, 10, costs).total_s
+                    <= predict_revolve(n, 10, costs).total_s + 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(tf=0.0, tb=1.0), "Costs.tf must be > 0"),
+        (dict(tf=-1.0, tb=1.0), "Costs.tf must be >= 0"),
+        (dict(tf=1.0, tb=0.5), "Costs.tb includes the taping forward step"),
+        (dict(tf=1.0, tb=2.0, tw=-0.1), "Costs.tw must be >= 0"),
+        (dict(tf=math.nan, tb=2.0), "Costs.tf must be a finite number"),
+        (dict(tf=1.0, tb=2.0, tr="1"), "Costs.tr must be a finite number"),
+    ],
+)
+def test_bad_costs(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Costs(**kwargs)
