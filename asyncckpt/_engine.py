@@ -93,6 +93,9 @@ class TransferEngine:
         thread, which is faster when a transfer costs less than waking a thread (about 20 us).
     verify : bool
         Check every read against the checksum taken at write time.
+    on_error : {"raise", "recompute"}
+        What a failed write, a failed read or a corrupted read does: raise on the caller's thread,
+        or mark the state lost so that the caller recomputes it (see :meth:`load`).
     """
 
     def __init__(
@@ -104,10 +107,14 @@ class TransferEngine:
         prefetch_buffers: int,
         io_threads: int,
         verify: bool,
+        on_error: str = "raise",
     ) -> None:
         self.storage = storage
         self.nbytes = nbytes
         self.verify = verify
+        self.recover = on_error == "recompute"
+        # states whose write failed (recompute policy): never on Level-2
+        self._lost: set[int] = set()
         self._free_staging = [aligned_buffer(nbytes) for _ in range(staging_buffers)]
         self._free_prefetch = [aligned_buffer(nbytes) for _ in range(prefetch_buffers)]
         # writes in flight, oldest first, and the same futures by key
@@ -129,10 +136,11 @@ class TransferEngine:
         self.held = 0  # states on Level-2 (stored, not yet freed)
         self.peak_held = 0
         self.peak_in_flight = 0
+        self.failures = 0  # transfers that failed and were survived (recompute policy)
 
     def reset_counters(self) -> None:
         """Zero the per-run counters (a new run begins)."""
-        self.writes = self.reads = self.peak_held = self.peak_in_flight = 0
+        self.writes = self.reads = self.peak_held = self.peak_in_flight = self.failures = 0
         self.write_stall_s = self.read_stall_s = 0.0
 
     # -- worker side ---------------------------------------------------------------------------
@@ -179,6 +187,11 @@ class TransferEngine:
         key, future, buffer = self._writes.popleft()
         del self._writing[key]
         exc = future.exception()
+        if exc is not None and self.recover and key not in self._doomed:
+            exc, buffer = self._write_again(key, buffer, exc)
+            if exc is None:
+                self._free_staging.append(buffer)
+                return
         if exc is not None:
             self._free_staging.append(buffer)
             self._doomed.discard(key)
@@ -191,10 +204,35 @@ class TransferEngine:
         else:
             self._digests[key] = digest
 
+    def _write_again(self, key: int, buffer: np.ndarray,
+                     exc: BaseException) -> tuple[BaseException | None, np.ndarray]:
+        """Recompute policy, after a failed write of u_key (still in its staging buffer): write it
+        once more, now; failing again, mark it lost for the reverse sweep to recompute.
+
+        Returns the error to raise (only u_0's: nothing earlier can rebuild it) and the buffer to
+        stage into next."""
+        self.failures += 1
+        log.warning("Level-2 write of u_%d on %r failed (%r): writing it again", key,
+                    self.storage, exc)
+        try:
+            digest, buffer = self._write(key, buffer)
+        except Exception as again:  # noqa: BLE001 - recompute policy: the state is lost
+            if key == 0:
+                return again, buffer
+            log.warning("Level-2 write of u_%d failed again (%r): it will be recomputed", key,
+                        again)
+            self._lost.add(key)
+            return None, buffer
+        self._digests[key] = digest
+        return None, buffer
+
     def _delete(self, key: int) -> None:
         try:
             self.storage.delete(key)
         except Exception as exc:
+            if self.recover:
+                log.warning("Level-2 delete of u_%d on %r failed (%r)", key, self.storage, exc)
+                return
             raise self._fail("delete", key, exc) from exc
 
     def store(self, key: int, arrays: Sequence[np.ndarray]) -> None:
@@ -222,23 +260,98 @@ class TransferEngine:
             raise TransferError(f"prefetch of u_{key}: every prefetch buffer is in use "
                                 f"(holding {sorted(self._reads)})")
         buffer = self._free_prefetch.pop()
-        future = self._executor.submit(self._read, key, buffer[: self.nbytes],
-                                       self._digests.get(key), self._writing.get(key))
-        self._reads[key] = (future, buffer)
-        self.reads += 1
+        if key in self._lost:
+            future: Future[None] | _Completed = _Completed(
+                exception=TransferError(f"u_{key} was never written to Level-2"))
+        else:
+            future = self._executor.submit(self._read, key, buffer[: self.nbytes],
+                                           self._digests.get(key), self._writing.get(key))
+            self.reads += 1
+        self._reads[key] = (future, buffer)  # type: ignore[assignment]
 
-    def load(self, key: int, arrays: Sequence[np.ndarray]) -> None:
-        """Wait for the prefetch of u_key, then copy it into ``arrays``."""
-        self.check()
-        future, buffer = self._reads[key]
+    def _arrived(self, key: int) -> bool:
+        """Wait for the prefetch of u_key; whether it holds a good copy. A failure raises, or
+        under the recompute policy is logged and counted."""
+        future, _ = self._reads[key]
         if not future.done():
             start = time.perf_counter()
             _wait([future])
             self.read_stall_s += time.perf_counter() - start
         exc = future.exception()
-        if exc is not None:
+        if exc is None:
+            return True
+        if not self.recover:
             raise self._fail("read", key, exc)
+        if key not in self._lost:
+            log.warning("Level-2 read of u_%d on %r failed (%r): it will be recomputed",
+                        key, self.storage, exc)
+            self.failures += 1
+            self._lost.add(key)
+        return False
+
+    def load(self, key: int, arrays: Sequence[np.ndarray]) -> bool:
+        """Wait for the prefetch of u_key and copy it into ``arrays``.
+
+        Returns False, with ``arrays`` untouched, when u_key is lost (recompute policy): the
+        caller then rebuilds it and hands it back with :meth:`recovered`.
+        """
+        self.check()
+        if not self._arrived(key):
+            return False
+        copy_in(self._reads[key][1], arrays)
+        return True
+
+    def fetch(self, key: int, arrays: Sequence[np.ndarray], via: int) -> bool:
+        """Copy u_key into ``arrays`` for a recomputation: from its prefetch buffer if it has
+        one, else by a read now into the prefetch buffer of ``via`` (the state being rebuilt).
+        False if u_key is lost too."""
+        if key in self._reads:
+            if not self._arrived(key):
+                return False
+            copy_in(self._reads[key][1], arrays)
+            return True
+        if key in self._lost:
+            return False
+        buffer = self._reads[via][1]
+        try:
+            self._read(key, buffer[: self.nbytes], self._digests.get(key), self._writing.get(key))
+        except Exception as exc:  # noqa: BLE001 - recompute policy: note it, look further back
+            log.warning("Level-2 read of u_%d on %r failed (%r) while recomputing u_%d",
+                        key, self.storage, exc, via)
+            self.failures += 1
+            self._lost.add(key)
+            return False
+        self.reads += 1
         copy_in(buffer, arrays)
+        return True
+
+    def reread(self, key: int, arrays: Sequence[np.ndarray]) -> bool:
+        """Read u_key again, now, into its own prefetch buffer and ``arrays``: a transient fault
+        (a flipped byte in transit, a short read) needs nothing more. False if it fails again or
+        u_key was never written."""
+        if key in self._writing:
+            # its write failed or is still going: settle every write (a failed one is retried)
+            _wait([f for _, f, _ in self._writes])
+            self.check()
+        if key not in self._digests:
+            return False
+        buffer = self._reads[key][1]
+        try:
+            self._read(key, buffer[: self.nbytes], self._digests.get(key), self._writing.get(key))
+        except Exception as exc:  # noqa: BLE001 - recompute policy: recompute instead
+            log.warning("Level-2 read of u_%d on %r failed again (%r)", key, self.storage, exc)
+            return False
+        self.reads += 1
+        self._lost.discard(key)
+        self._reads[key] = (_Completed(), buffer)  # type: ignore[assignment]
+        copy_in(buffer, arrays)
+        return True
+
+    def recovered(self, key: int, arrays: Sequence[np.ndarray]) -> None:
+        """Keep the recomputed u_key (``arrays``) in its prefetch buffer, as if it had been read."""
+        _, buffer = self._reads[key]
+        copy_out(arrays, buffer)
+        self._reads[key] = (_Completed(), buffer)  # type: ignore[assignment]
 
     def free(self, key: int) -> None:
         """Release u_key's prefetch buffer and delete it from Level-2 (once its write is done)."""
@@ -251,6 +364,11 @@ class TransferEngine:
         self.held -= 1
         if key in self._writing:
             self._doomed.add(key)
+        elif key in self._lost:
+            self._lost.discard(key)
+            if key in self._digests:  # written, then unreadable: still on Level-2
+                self._digests.pop(key)
+                self._delete(key)
         else:
             self._digests.pop(key, None)
             self._delete(key)
@@ -277,6 +395,7 @@ class TransferEngine:
         self._reads.clear()
         self._digests.clear()
         self._doomed.clear()
+        self._lost.clear()
         self.held = 0
         for key in written:
             try:

@@ -30,6 +30,7 @@ from ._calibrate import THREAD_HANDOFF_S, measure_transfer
 from ._engine import TransferEngine
 from ._tuning import IntervalTuner
 from .checkpoint import check_arrays, check_descriptor
+from .errors import TransferError
 from .stats import Stats
 from .storage import Storage, open_storage
 
@@ -88,6 +89,14 @@ class AsyncCheckpointer:
         background for a user's ``Storage``.
     verify : bool
         Check every Level-2 read against a checksum taken when it was written (default True).
+    on_level2_error : {"raise", "recompute"}
+        A failed Level-2 write, a failed read or a read that fails its checksum: "raise"
+        (default) raises :class:`~asyncckpt.TransferError` on the caller's thread at the next
+        synchronisation point, naming the step and the cause. "recompute" survives it: the lost
+        state is rebuilt in the reverse sweep by advancing from the nearest earlier checkpoint
+        that can still be read, so the adjoint stays exact; the run is slower, and
+        ``stats.l2_failures`` and ``stats.recovery_steps`` count the cost. Raising is the
+        default because a failing device should be seen, not silently paid for.
     blas_threads : int or None
         Cap BLAS threads while the sweeps run, so the I/O thread keeps a core (default 1; None
         leaves BLAS alone).
@@ -112,6 +121,7 @@ class AsyncCheckpointer:
         io_threads: int = 1,
         transfers: str = "auto",
         verify: bool = True,
+        on_level2_error: str = "raise",
         blas_threads: int | None = 1,
     ) -> None:
         self._closed = True  # until construction succeeds
@@ -129,6 +139,9 @@ class AsyncCheckpointer:
         io_threads = _check_int("io_threads", io_threads, 1)
         if transfers not in ("auto", "background", "inline"):
             raise ValueError(f"transfers must be 'auto', 'background' or 'inline', got {transfers!r}")
+        if on_level2_error not in ("raise", "recompute"):
+            raise ValueError(f"on_level2_error must be 'raise' or 'recompute', got "
+                             f"{on_level2_error!r}")
         if blas_threads is not None:
             blas_threads = _check_int("blas_threads", blas_threads, 1)
         self.checkpoint = checkpoint
@@ -161,6 +174,7 @@ class AsyncCheckpointer:
                 prefetch_buffers=AsyncMultistage.prefetch_slots,
                 io_threads=io_threads if transfers == "background" else 0,
                 verify=verify,
+                on_error=on_level2_error,
             )
             if interval == "auto":
                 tw, tr = self.transfer_costs  # type: ignore[misc]
@@ -345,6 +359,7 @@ class AsyncCheckpointer:
         stats.bytes_read = engine.reads * self.nbytes
         stats.write_stall_s, stats.read_stall_s = engine.write_stall_s, engine.read_stall_s
         stats.l2_peak_states = engine.peak_held
+        stats.l2_failures = engine.failures
 
     def _run(self, until: type) -> None:
         assert self._actions is not None
@@ -366,6 +381,28 @@ class AsyncCheckpointer:
         checked = check_arrays(arrays, self.nbytes, self.dtype, f"checkpoint.{method}({step})")
         self._known_arrays = checked
         return checked
+
+    def _recompute(self, step: int) -> None:
+        """Rebuild the lost u_step in the live state (and its prefetch buffer): read it once
+        more, else advance from the nearest earlier interval start that can still be read."""
+        stats = self._stats
+        if self._engine.reread(step, self._checked(self.checkpoint.get_data_location(step),
+                                                   "get_data_location", step)):
+            return
+        for start in range(step - self.interval, -1, -self.interval):
+            arrays = self._checked(self.checkpoint.get_data_location(start), "get_data_location",
+                                   start)
+            if self._engine.fetch(start, arrays, via=step):
+                clock = time.perf_counter()
+                self.fwd_operator.apply(t_start=start, t_end=step)
+                stats.forward_compute_s += time.perf_counter() - clock
+                stats.forward_steps += step - start
+                stats.recovery_steps += step - start
+                self._engine.recovered(
+                    step, self._checked(self.checkpoint.get_data(step), "get_data", step))
+                return
+        raise TransferError(f"u_{step} is lost on Level-2 {self.storage!r} and no earlier "
+                            "checkpoint can be read to recompute it")
 
     def _interpret(self, until: type) -> None:
         checkpoint, stats, engine = self.checkpoint, self._stats, self._engine
@@ -389,8 +426,8 @@ class AsyncCheckpointer:
                                        "get_data_location", action.step)
                 if action.tier is Tier.L1:
                     copy_in(in_l1[action.step], arrays)
-                else:
-                    engine.load(action.step, arrays)
+                elif not engine.load(action.step, arrays):
+                    self._recompute(action.step)
             elif kind is Store:
                 arrays = self._checked(checkpoint.get_data(action.step), "get_data", action.step)
                 if action.tier is Tier.L1:

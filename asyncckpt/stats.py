@@ -40,6 +40,10 @@ class Stats:
         before the run, independent of n.
     l2_peak_states : int
         Most states held on Level-2 at once.
+    l2_failures : int
+        Level-2 transfers that failed and were survived (``on_level2_error="recompute"``).
+    recovery_steps : int
+        Forward steps spent recomputing lost states (included in ``forward_steps``).
     calibration : dict
         With ``interval="auto"``: the measured costs and the model's prediction.
     """
@@ -62,6 +66,8 @@ class Stats:
     l1_peak_slots: int = 0
     l1_bytes: int = 0
     l2_peak_states: int = 0
+    l2_failures: int = 0
+    recovery_steps: int = 0
     calibration: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -1,15 +1,17 @@
 """Runtime ratios measured side by side in one run, printed as one JSON line.
 
-- ``stream_over_bare``: forward sweep with streaming at the tuned interval / bare forward sweep
+- ``stream_over_bare_at_auto``: forward sweep with streaming at the interval ``interval="auto"``
+  chose (least total time) / bare forward sweep; ``..._at_forward_tuned``: the same at the
+  smallest interval whose stores cost the forward sweep at most 5% by the measured costs
   (goal <= 1.05).
 - ``interval1_over_store_all``: forward+reverse with interval 1 on DRAM / store-all in RAM under the
   same protocol (goal <= 1.10).
-- ``pyrevolve_over_asyncckpt``: pyrevolve Revolver with the same Level-1 slots / asyncckpt at its
-  best interval, n = 1500, s = 10 (goal >= 1.8).
+- ``pyrevolve_over_asyncckpt``: pyrevolve Revolver with the same Level-1 slots / asyncckpt with
+  ``interval="auto"``, n = 1500, s = 10 (goal >= 1.8).
 - ``l2_write_over_raw``: Level-2 write throughput of the engine / raw memcpy (DRAM) or raw pwrite
   (file) of the same bytes measured in the same run (goal >= 0.8).
 
-Usage: python benchmarks/bench_runtime.py [--mib 4] [--n 1500] [--repeats 5] [--storage dram|PATH]
+Usage: python benchmarks/bench_runtime.py [--mib 2] [--n 1500] [--repeats 3] [--storage dram|PATH]
 """
 from __future__ import annotations
 
@@ -30,7 +32,6 @@ from _common import Fwd, Rev, Workload, median_time, touched  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 from asyncckpt._buffers import aligned_buffer  # noqa: E402
-from schedules.model import Costs, choose_interval  # noqa: E402
 
 
 def store_all(w: Workload, n: int, buffers: list[np.ndarray]) -> None:
@@ -77,62 +78,93 @@ def raw_write_speed(storage: str, nbytes: int, count: int) -> float:
         os.rmdir(directory)
 
 
+def forward_sweep(ckp: AsyncCheckpointer, w: Workload) -> float:
+    """Seconds of one forward sweep (the reverse sweep then runs, untimed, to end the run)."""
+    w.reset()
+    start = time.perf_counter()
+    ckp.apply_forward()
+    elapsed = time.perf_counter() - start
+    ckp.apply_reverse()
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=float, default=4.0, help="state size in MiB (0.5 to 8)")
+    parser.add_argument("--mib", type=float, default=2.0, help="state size in MiB (0.5 to 8)")
     parser.add_argument("--n", type=int, default=1500)
     parser.add_argument("--slots", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--storage", default="dram", help="dram, or a directory (tmpfs or disk)")
+    parser.add_argument("--passes", type=int, default=12,
+                        help="ufunc passes per step (12: about 2 ms at 2 MiB here)")
     parser.add_argument("--skip-pyrevolve", action="store_true")
     args = parser.parse_args()
     nbytes = int(args.mib * 2**20)
-    n = args.n
-    w = Workload(nbytes)
+    n, slots, repeats = args.n, args.slots, args.repeats
+    w = Workload(nbytes, passes=args.passes)
     fwd, rev = Fwd(w), Rev(w)
     storage = None if args.storage == "dram" else args.storage
-    out: dict[str, object] = {"state_mib": args.mib, "n": n, "l1_slots": args.slots,
-                              "storage": args.storage, "repeats": args.repeats}
+    med = statistics.median
+    out: dict[str, object] = {"state_mib": args.mib, "n": n, "l1_slots": slots,
+                              "storage": args.storage, "repeats": repeats}
 
     with threadpool_limits(limits=1, user_api="blas"):
-        # calibrate: forward and reverse step times, and a Level-2 write through the runtime
-        tf = median_time(w.step, 20)
-        tb = median_time(lambda: (w.step(), w.reverse_step()), 20)
+        # Level-2 throughput: a forward sweep of empty steps is write-bound
         raw = raw_write_speed(args.storage, nbytes, 64)
-        with AsyncCheckpointer(w, Fwd(Workload(8)), rev, 64, l1_slots=1, interval=1,
-                               storage=storage, staging_buffers=2) as probe:
-            pass
-        # engine write throughput: a forward sweep of trivial steps is write-bound
-        trivial = Workload(nbytes, passes=0)
-        with AsyncCheckpointer(trivial, Fwd(trivial), Rev(trivial), 64, l1_slots=1, interval=1,
-                               storage=storage) as ckp:
+        empty = Workload(nbytes, passes=0)
+        with AsyncCheckpointer(empty, Fwd(empty), Rev(empty), 64, l1_slots=1, interval=1,
+                               storage=storage, transfers="background") as ckp:
             speeds = []
-            for _ in range(args.repeats):
-                trivial.reset()
+            for _ in range(repeats):
+                empty.reset()
                 start = time.perf_counter()
                 ckp.apply_forward()
-                ckp._engine.drain()
+                ckp._engine.drain()  # every write on the device
                 speeds.append(64 * nbytes / (time.perf_counter() - start))
                 ckp.apply_reverse()
-        engine_speed = statistics.median(speeds)
-        tw = nbytes / engine_speed
-        costs = Costs(tf=tf, tb=tb, tw=tw, tr=tw)
-        choice = choose_interval(n, args.slots, costs)
-        interval = choice.interval
-        out.update(tf_ms=tf * 1e3, tb_ms=tb * 1e3, tw_ms=tw * 1e3, interval=interval,
-                   raw_write_gbs=raw / 1e9, engine_write_gbs=engine_speed / 1e9,
-                   l2_write_over_raw=engine_speed / raw)
-        del probe
+        out.update(raw_write_gbs=raw / 1e9, engine_write_gbs=med(speeds) / 1e9,
+                   l2_write_over_raw=med(speeds) / raw)
 
-        bare_times, stream_times, total1_times, storeall_times = [], [], [], []
-        best_times, pyrevolve_times = [], []
-        buffers = [touched(nbytes).view(np.float64) for _ in range(n)] if n * nbytes < 12 * 2**30 else None
-        import pyrevolve  # noqa: F401 - anchor
+        bare = med([median_time(lambda: (w.reset(), fwd.apply(t_start=0, t_end=n)), 1)
+                    for _ in range(repeats)])
+        with AsyncCheckpointer(w, fwd, rev, n, l1_slots=slots, storage=storage) as auto:
+            auto_totals = []
+            for _ in range(repeats + 1):  # the first run calibrates tf; the rest use tf and tb
+                w.reset()
+                auto.apply_forward()
+                auto.apply_reverse()
+                auto_totals.append(auto.stats.total_s)
+            chosen = auto.stats.interval
+            calibration = auto.stats.calibration
+            auto_forward = med([forward_sweep(auto, w) for _ in range(repeats)])
+        out.update(auto_interval=chosen, tf_ms=calibration["tf_s"] * 1e3,
+                   tb_ms=calibration["tb_s"] * 1e3, tw_ms=calibration["tw_s"] * 1e3,
+                   tc_ms=calibration["tc_s"] * 1e3,
+                   auto_measured_over_predicted=calibration.get("measured_over_predicted"),
+                   stream_over_bare_at_auto=auto_forward / bare)
+        # the smallest interval whose staging copies and writes cost the forward sweep <= 5%
+        per_store = max(calibration["tc_s"], calibration["tw_s"])
+        quiet = min(n, max(1, int(np.ceil(per_store / (0.05 * calibration["tf_s"])))))
+        with AsyncCheckpointer(w, fwd, rev, n, l1_slots=slots, interval=quiet,
+                               storage=storage) as ckp:
+            out["forward_tuned_interval"] = quiet
+            out["stream_over_bare_at_forward_tuned"] = med(
+                [forward_sweep(ckp, w) for _ in range(repeats)]) / bare
 
-        with AsyncCheckpointer(w, fwd, rev, n, l1_slots=args.slots, interval=interval,
-                               storage=storage) as best, \
-             AsyncCheckpointer(w, fwd, rev, n, l1_slots=args.slots, interval=1,
-                               storage=storage) as every:
+        best_total = med(auto_totals[1:])
+        if n * nbytes < 12 * 2**30:
+            buffers = [touched(nbytes).view(np.float64) for _ in range(n)]
+            with AsyncCheckpointer(w, fwd, rev, n, l1_slots=slots, interval=1,
+                                   storage=storage) as every:
+                pairs = [(median_time(lambda: asyncckpt_run(every, w), 1),
+                          median_time(lambda: store_all(w, n, buffers), 1))
+                         for _ in range(repeats)]
+            del buffers
+            out["interval1_over_store_all"] = med([a / b for a, b in pairs])
+            out["store_all_s"] = med([b for _, b in pairs])
+        if not args.skip_pyrevolve:
+            import pyrevolve
+
             class PyCheckpoint(pyrevolve.Checkpoint):
                 size = w.size
                 dtype = w.dtype
@@ -143,35 +175,14 @@ def main() -> None:
                 def get_data_location(self, t: int) -> list[np.ndarray]:
                     return [w.state]
 
-            for _ in range(args.repeats):
+            def pyrevolve_run() -> None:
                 w.reset()
-                bare_times.append(median_time(lambda: fwd.apply(t_start=0, t_end=n), 1))
-                w.reset()
-                start = time.perf_counter()
-                best.apply_forward()
-                stream_times.append(time.perf_counter() - start)
-                best.apply_reverse()
-                best_times.append(best.stats.total_s)
-                total1_times.append(median_time(lambda: asyncckpt_run(every, w), 1))
-                if buffers is not None:
-                    storeall_times.append(median_time(lambda: store_all(w, n, buffers), 1))
-                if not args.skip_pyrevolve:
-                    def pyrevolve_run() -> None:
-                        w.reset()
-                        revolver = pyrevolve.Revolver(PyCheckpoint(), fwd, rev, args.slots, n)
-                        revolver.apply_forward()
-                        revolver.apply_reverse()
-                    pyrevolve_times.append(median_time(pyrevolve_run, 1))
-            out["forward_steps"] = best.stats.forward_steps
-            out["write_stall_s"] = best.stats.write_stall_s
-            out["read_stall_s"] = best.stats.read_stall_s
-    med = statistics.median
-    out["stream_over_bare"] = med(stream_times) / med(bare_times)
-    if storeall_times:
-        out["interval1_over_store_all"] = med(total1_times) / med(storeall_times)
-    if pyrevolve_times:
-        out["pyrevolve_over_asyncckpt"] = med(pyrevolve_times) / med(best_times)
-    out["predicted_over_store_all"] = choice.prediction.total_s / choice.store_all.total_s
+                revolver = pyrevolve.Revolver(PyCheckpoint(), fwd, rev, slots, n)
+                revolver.apply_forward()
+                revolver.apply_reverse()
+
+            out["pyrevolve_over_asyncckpt"] = med(
+                [median_time(pyrevolve_run, 1) for _ in range(repeats)]) / best_total
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}))
 
 

@@ -20,14 +20,18 @@ class FaultyMixin:
         Flip one byte of that get's result.
     short_get_at : int or None
         Leave the second half of that get's buffer unwritten (a short read gone unnoticed).
+    bad_keys : set of int
+        Every put of these keys fails (a persistent fault, where ``fail_put_at`` is transient).
     delay : (float, float)
         Sleep a random time in that range before every put and get.
     """
 
     def __init__(self, *args, fail_put_at=None, fail_get_at=None, flip_get_at=None,
-                 short_get_at=None, delay=(0.0, 0.0), error=None, seed=0, **kwargs) -> None:
+                 short_get_at=None, bad_keys=(), delay=(0.0, 0.0), error=None, seed=0,
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fail_put_at, self.fail_get_at = fail_put_at, fail_get_at
+        self.bad_keys = set(bad_keys)
         self.flip_get_at, self.short_get_at = flip_get_at, short_get_at
         self.delay = delay
         self.error = error or OSError(errno.ENOSPC, "No space left on device")
@@ -47,7 +51,7 @@ class FaultyMixin:
             self.puts += 1
             count = self.puts
         self._pause()
-        if count == self.fail_put_at:
+        if count == self.fail_put_at or key in self.bad_keys:
             raise self.error
         super().put(key, buf)
 

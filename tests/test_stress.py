@@ -1,4 +1,6 @@
-"""Randomized runs with random delays injected into every Level-2 read and write.
+"""Randomized runs with random delays injected into every Level-2 read and write, a third of
+them also losing one transfer (a failed write or read, a flipped byte, a short read) that the
+recompute policy must survive.
 
 Zero deadlocks (every run under a timeout), zero wrong adjoints (bit-identical to store-all),
 zero leaked threads or files. ``ASYNCCKPT_STRESS_RUNS=5000 pytest -m stress`` runs longer.
@@ -34,13 +36,24 @@ def test_randomized_runs_with_random_delays(disk_dir: Path, shm_dir: Path) -> No
         reference = store_all_reference(model)
         where = case.choice(["memory", "disk", "tmpfs"])
         delay = (0.0, case.choice([0.0, 0.0005, 0.002]))
-        storage = (FaultyMemory(delay=delay, seed=seed) if where == "memory" else
-                   FaultyFile(disk_dir if where == "disk" else shm_dir, delay=delay, seed=seed))
+        # a third of the runs meet one Level-2 fault: a transient failed write or read, a flipped
+        # byte, a short read, or a state that can never be written (not u_0)
+        fault: dict = {}
+        if case.random() < 1 / 3:
+            kind = case.choice(["fail_put_at", "fail_get_at", "flip_get_at", "short_get_at",
+                                "bad_keys"])
+            fault = {kind: case.randint(1, 4)}
+            if kind == "bad_keys":  # any interval start but u_0 never reaches Level-2
+                fault = {kind: {interval * case.randint(1, max(1, (n - 1) // interval))}}
+        storage = (FaultyMemory(delay=delay, seed=seed, **fault) if where == "memory" else
+                   FaultyFile(disk_dir if where == "disk" else shm_dir, delay=delay, seed=seed,
+                              **fault))
         context = (f"run {run} seed {seed}: n={n} I={interval} s={slots} staging={staging} "
-                   f"{where} delay={delay}")
+                   f"{where} delay={delay} fault={fault}")
         with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=slots,
                                interval=interval, storage=storage, staging_buffers=staging,
-                               transfers=case.choice(["background", "background", "inline"])) as ckp:
+                               transfers=case.choice(["background", "background", "inline"]),
+                               on_level2_error="recompute") as ckp:
             for _ in range(case.randint(1, 2)):
                 model.reset()
                 model.trace.calls.clear()
