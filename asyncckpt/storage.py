@@ -122,6 +122,12 @@ class HostMemoryStorage(Storage):
             self._nbytes, self._spare = nbytes, []
 
     def reserve(self, nbytes: int, count: int) -> None:
+        """Check that ``count`` states of ``nbytes`` fit in the available memory.
+
+        Nothing is allocated here: buffers are allocated and touched by ``put`` and ``adopt``,
+        which run on the I/O thread, so the page faults of fresh memory (0.4 to 1.4 GB/s here)
+        overlap the computation instead of delaying the run's start.
+        """
         need = nbytes * count
         available = psutil.virtual_memory().available
         if need > available:
@@ -131,10 +137,6 @@ class HostMemoryStorage(Storage):
             )
         with self._lock:
             self._check_size(nbytes)
-            missing = count - len(self._spare) - len(self._stored)
-        fresh = [_touched(nbytes) for _ in range(max(missing, 0))]
-        with self._lock:
-            self._spare.extend(fresh)
 
     def put(self, key: int, buf: np.ndarray) -> None:
         with self._lock:

@@ -1,0 +1,79 @@
+"""pyrevolve.Revolver against asyncckpt.compat.Revolver on the same user objects, one JSON line.
+
+n = 2000 steps of a 2 MiB state with the same Level-1 budget (10 slots): the time ratio
+pyrevolve / asyncckpt.compat (medians of repetitions, interleaved; goal >= 1.8), the forward-step
+counts of both, and whether their adjoints are equal bit for bit.
+
+Usage: python benchmarks/bench_compat.py [--n 2000] [--mib 2] [--slots 10] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Rev, Workload  # noqa: E402
+
+from asyncckpt.compat import Revolver  # noqa: E402
+
+
+class CountingForward:
+    def __init__(self, w: Workload) -> None:
+        self.w, self.steps = w, 0
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        self.steps += t_end - t_start
+        for _ in range(t_start, t_end):
+            self.w.step()
+
+
+def run(revolver_class, w: Workload, n: int, slots: int) -> tuple[float, int, bytes]:
+    w.reset()
+    fwd = CountingForward(w)
+    start = time.perf_counter()
+    revolver = revolver_class(w, fwd, Rev(w), slots, n)
+    revolver.apply_forward()
+    revolver.apply_reverse()
+    elapsed = time.perf_counter() - start
+    if hasattr(revolver, "close"):
+        revolver.close()
+    return elapsed, fwd.steps, w.adjoint.tobytes()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--mib", type=float, default=2.0)
+    parser.add_argument("--slots", type=int, default=10)
+    parser.add_argument("--passes", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    import pyrevolve
+
+    w = Workload(int(args.mib * 2**20), passes=args.passes)
+    theirs, ours = [], []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(args.repeats):
+            t_theirs, steps_theirs, adj_theirs = run(pyrevolve.Revolver, w, args.n, args.slots)
+            t_ours, steps_ours, adj_ours = run(Revolver, w, args.n, args.slots)
+            theirs.append(t_theirs)
+            ours.append(t_ours)
+    print(json.dumps({
+        "n": args.n, "state_mib": args.mib, "slots": args.slots, "repeats": args.repeats,
+        "pyrevolve_s": round(statistics.median(theirs), 3),
+        "asyncckpt_compat_s": round(statistics.median(ours), 3),
+        "pyrevolve_over_asyncckpt": round(statistics.median(theirs) / statistics.median(ours), 3),
+        "pyrevolve_forward_steps": steps_theirs, "asyncckpt_forward_steps": steps_ours,
+        "adjoints_equal": adj_theirs == adj_ours and bool(np.isfinite(w.adjoint).all()),
+    }))
+
+
+if __name__ == "__main__":
+    main()
