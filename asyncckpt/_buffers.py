@@ -1,14 +1,17 @@
 """Level-1 buffers: allocated once, page-aligned, touched, reused for the whole run."""
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["PAGE", "aligned_buffer", "padded", "copy_out", "copy_in"]
+__all__ = ["PAGE", "HUGE_PAGE", "aligned_buffer", "touched", "padded", "copy_out", "copy_in"]
 
 #: Alignment and size granule of every buffer: what O_DIRECT asks of memory, offsets and lengths.
 PAGE = 4096
+#: Transparent huge page size: buffers this large come from mappings advised to use them.
+HUGE_PAGE = 2 << 20
 
 
 def padded(nbytes: int) -> int:
@@ -16,18 +19,40 @@ def padded(nbytes: int) -> int:
     return -(-nbytes // PAGE) * PAGE
 
 
-def aligned_buffer(nbytes: int) -> np.ndarray:
-    """Return a zero-filled uint8 array of ``padded(nbytes)`` bytes starting on a page boundary.
+def _mapped(nbytes: int) -> np.ndarray:
+    """``nbytes`` of untouched anonymous memory on a huge-page boundary, advised to use huge
+    pages: faulting it in runs at about 6.6 GB/s here against 1.3 to 2.6 GB/s with 4 KiB pages.
+    The mapping is unmapped when the array is collected."""
+    mapping = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        mapping.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:
+        pass  # huge pages disabled: ordinary pages still work
+    raw = np.frombuffer(mapping, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % HUGE_PAGE
+    return raw[offset:offset + nbytes]
+
+
+def touched(nbytes: int, align: int = 64) -> np.ndarray:
+    """Return a zero-filled uint8 array of ``nbytes`` starting on an ``align``-byte boundary.
 
     Filling touches every page now, so the run never pays for first-touch page faults (fresh
     memory copies at 0.4-1.4 GB/s here against 12-19 GB/s once touched).
     """
-    size = padded(nbytes)
-    raw = np.empty(size + PAGE, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % PAGE
-    buffer = raw[offset:offset + size]
+    if nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        buffer = _mapped(nbytes)
+    else:
+        raw = np.empty(nbytes + align, dtype=np.uint8)
+        offset = (-raw.ctypes.data) % align
+        buffer = raw[offset:offset + nbytes]
     buffer.fill(0)
     return buffer
+
+
+def aligned_buffer(nbytes: int) -> np.ndarray:
+    """Return a zero-filled uint8 array of ``padded(nbytes)`` bytes starting on a page boundary
+    (what O_DIRECT needs)."""
+    return touched(padded(nbytes), align=PAGE)
 
 
 def copy_out(arrays: Sequence[np.ndarray], buffer: np.ndarray) -> None:

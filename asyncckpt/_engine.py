@@ -8,6 +8,7 @@ marks the engine broken and is raised, chained, on the main thread at its next c
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -137,30 +138,47 @@ class TransferEngine:
         self.peak_held = 0
         self.peak_in_flight = 0
         self.failures = 0  # transfers that failed and were survived (recompute policy)
+        # seconds the I/O path spent writing and reading: the real tw and tr of this run
+        self._busy_lock = threading.Lock()
+        self.write_busy_s = self.read_busy_s = 0.0
 
     def reset_counters(self) -> None:
         """Zero the per-run counters (a new run begins)."""
         self.writes = self.reads = self.peak_held = self.peak_in_flight = self.failures = 0
         self.write_stall_s = self.read_stall_s = 0.0
+        with self._busy_lock:
+            self.write_busy_s = self.read_busy_s = 0.0
 
     # -- worker side ---------------------------------------------------------------------------
+
+    def _busy(self, what: str, seconds: float) -> None:
+        with self._busy_lock:
+            if what == "write":
+                self.write_busy_s += seconds
+            else:
+                self.read_busy_s += seconds
 
     def _write(self, key: int, buffer: np.ndarray) -> tuple[int, np.ndarray]:
         """Write u_key from a staging buffer; return its checksum and the buffer to stage into
         next (the same one, unless the backend adopted it and gave a spare in exchange)."""
+        start = time.perf_counter()
         view = buffer[: self.nbytes]
         digest = _checksum(view) if self.verify else 0
         adopt = getattr(self.storage, "adopt", None)
         if adopt is not None:
-            return digest, adopt(key, buffer, self.nbytes)
-        self.storage.put(key, view)
+            buffer = adopt(key, buffer, self.nbytes)
+        else:
+            self.storage.put(key, view)
+        self._busy("write", time.perf_counter() - start)
         return digest, buffer
 
     def _read(self, key: int, out: np.ndarray, digest: int | None,
               written: Future[tuple[int, np.ndarray]] | None) -> None:
         if written is not None:
             digest = written.result()[0]
+        start = time.perf_counter()
         self.storage.get(key, out)
+        self._busy("read", time.perf_counter() - start)
         if self.verify and digest is not None and _checksum(out) != digest:
             raise CorruptionError(
                 f"Level-2 read of u_{key} from {self.storage!r}: checksum mismatch "

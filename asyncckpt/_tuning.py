@@ -15,8 +15,8 @@ class IntervalTuner:
     """Measured costs of a checkpointer's run and the interval they call for.
 
     ``tw``, ``tr`` and ``tc`` are measured at construction through the runtime's own I/O path;
-    ``tf`` comes from the first forward step of the first run, then (with ``tb``) from every
-    completed run.
+    ``tf`` comes from the first forward step of the first run; every completed run then updates
+    ``tf``, ``tb``, ``tw`` and ``tr`` from what it measured.
     """
 
     n_steps: int
@@ -44,13 +44,17 @@ class IntervalTuner:
         return choose_interval(self.n_steps, self.l1_slots, self.costs(),
                                staging_buffers=self.staging_buffers)
 
-    def learn(self, forward_compute_s: float, forward_steps: int, reverse_compute_s: float,
-              reverse_steps: int) -> None:
-        """Take tf and tb from a completed run (time inside the user's operators)."""
-        if forward_steps:
-            self.tf = max(forward_compute_s / forward_steps, 1e-9)
-        if reverse_steps and self.tf is not None:
-            self.tb = self.tf + reverse_compute_s / reverse_steps
+    def learn(self, stats: Any) -> None:
+        """Take tf and tb (time inside the user's operators) and tw and tr (time on the Level-2
+        path, fresh pages and contention included) from a completed run's :class:`Stats`."""
+        if stats.forward_steps:
+            self.tf = max(stats.forward_compute_s / stats.forward_steps, 1e-9)
+        if stats.reverse_steps and self.tf is not None:
+            self.tb = self.tf + stats.reverse_compute_s / stats.reverse_steps
+        if stats.l2_writes:
+            self.tw = stats.write_busy_s / stats.l2_writes
+        if stats.l2_reads:
+            self.tr = stats.read_busy_s / stats.l2_reads
 
     def record(self, choice: IntervalChoice) -> dict[str, Any]:
         """What goes into ``Stats.calibration``."""

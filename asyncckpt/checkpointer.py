@@ -276,8 +276,7 @@ class AsyncCheckpointer:
             predicted = stats.calibration.get("predicted_total_s")
             if predicted:
                 stats.calibration["measured_over_predicted"] = stats.total_s / predicted
-            self._tuner.learn(stats.forward_compute_s, stats.forward_steps,
-                              stats.reverse_compute_s, stats.reverse_steps)
+            self._tuner.learn(stats)
 
     def _choose(self, tuner: IntervalTuner) -> None:
         choice = tuner.choose()
@@ -358,6 +357,7 @@ class AsyncCheckpointer:
         stats.bytes_written = engine.writes * self.nbytes
         stats.bytes_read = engine.reads * self.nbytes
         stats.write_stall_s, stats.read_stall_s = engine.write_stall_s, engine.read_stall_s
+        stats.write_busy_s, stats.read_busy_s = engine.write_busy_s, engine.read_busy_s
         stats.l2_peak_states = engine.peak_held
         stats.l2_failures = engine.failures
 

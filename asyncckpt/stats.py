@@ -29,6 +29,9 @@ class Stats:
         Seconds the forward sweep waited for a free staging buffer (Level-2 not keeping up).
     read_stall_s : float
         Seconds the reverse sweep waited for a prefetch to arrive.
+    write_busy_s, read_busy_s : float
+        Seconds the Level-2 path spent writing and reading (on the I/O thread, or inline): over
+        ``l2_writes`` and ``l2_reads``, the real per-state transfer times of the run.
     forward_s, reverse_s : float
         Wall time of ``apply_forward()`` and ``apply_reverse()``.
     forward_compute_s, reverse_compute_s : float
@@ -59,6 +62,8 @@ class Stats:
     bytes_read: int = 0
     write_stall_s: float = 0.0
     read_stall_s: float = 0.0
+    write_busy_s: float = 0.0
+    read_busy_s: float = 0.0
     forward_s: float = 0.0
     reverse_s: float = 0.0
     forward_compute_s: float = 0.0

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from ._buffers import PAGE, aligned_buffer, padded
+from ._buffers import PAGE, aligned_buffer, padded, touched
 from .errors import StorageError, StorageFullError
 
 __all__ = ["Storage", "HostMemoryStorage", "FileStorage", "open_storage"]
@@ -79,13 +79,6 @@ class Storage(abc.ABC):
         self.close()
 
 
-def _touched(nbytes: int) -> np.ndarray:
-    """A uint8 array of ``nbytes`` whose pages are all touched now, not during the run."""
-    buffer = np.empty(nbytes, dtype=np.uint8)
-    buffer.fill(0)
-    return buffer
-
-
 class HostMemoryStorage(Storage):
     """Level-2 in host DRAM: one preallocated, touched buffer per stored state, reused.
 
@@ -108,10 +101,9 @@ class HostMemoryStorage(Storage):
 
     @property
     def nbytes_held(self) -> int:
-        """Bytes of DRAM this backend's buffers occupy (stored and spare)."""
+        """Bytes of DRAM this backend's buffers occupy (stored and spare; every byte touched)."""
         with self._lock:
-            buffers = list(self._stored.values()) + self._spare
-        return sum(b.nbytes if b.base is None else b.base.nbytes for b in buffers)
+            return sum(b.nbytes for b in list(self._stored.values()) + self._spare)
 
     def _check_size(self, nbytes: int) -> None:
         if self._nbytes != nbytes:
@@ -147,7 +139,7 @@ class HostMemoryStorage(Storage):
                 raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
             target = self._spare.pop() if self._spare else None
         if target is None:
-            target = _touched(buf.nbytes)
+            target = touched(buf.nbytes)
         np.copyto(target[: buf.nbytes], buf)
         with self._lock:
             self._stored[key] = target
@@ -172,7 +164,7 @@ class HostMemoryStorage(Storage):
                 raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
             spare = self._spare.pop() if self._spare else None
             self._stored[key] = buffer
-        return spare if spare is not None else _touched(nbytes)
+        return spare if spare is not None else touched(nbytes)
 
     def get(self, key: int, out: np.ndarray) -> None:
         with self._lock:

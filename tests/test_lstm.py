@@ -1,0 +1,107 @@
+"""The LSTM experiment: every method's gradients equal standard backpropagation's bit for bit,
+backpropagation matches finite differences, nothing grows with n, and the runner runs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.lstm.corpus import load_corpus
+from experiments.lstm.methods import METHODS, run_method
+from experiments.lstm.model import LSTM
+
+CORPUS = load_corpus()
+
+
+def gradients(method: str, n: int, kernels: str, level2_dir: Path, **kwargs) -> np.ndarray:
+    model = LSTM(CORPUS, n, hidden=16, batch=3, kernels=kernels)
+    model.reset()
+    run_method(method, model, slots=kwargs.get("slots", 3), interval=kwargs.get("interval", 1),
+               level2_dir=str(level2_dir))
+    return model.gradient_vector()
+
+
+@pytest.mark.parametrize("kernels", ["numpy", "numba"])
+@pytest.mark.parametrize("n", [1, 2, 17, 60])
+def test_every_method_equals_backprop_bit_for_bit(kernels: str, n: int, disk_dir: Path) -> None:
+    reference = gradients("backprop", n, kernels, disk_dir)
+    assert np.isfinite(reference).all() and np.abs(reference).sum() > 0
+    for method in METHODS:
+        got = gradients(method, n, kernels, disk_dir)
+        assert got.tobytes() == reference.tobytes(), method
+    for interval in (1, 5, n):
+        got = gradients("async-dram", n, kernels, disk_dir, interval=min(interval, n))
+        assert got.tobytes() == reference.tobytes()
+
+
+def test_numba_and_numpy_kernels_agree_closely(disk_dir: Path) -> None:
+    a = gradients("backprop", 30, "numpy", disk_dir)
+    b = gradients("backprop", 30, "numba", disk_dir)
+    np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_backprop_matches_finite_differences() -> None:
+    n = 6
+    model = LSTM(CORPUS, n, hidden=5, batch=2, kernels="numpy", seed=3)
+
+    def loss() -> float:
+        model.reset()
+        for t in range(n):
+            model.step(t)
+        return model.loss
+
+    model.reset()
+    run_method("backprop", model)
+    analytic = {name: grad.copy() for name, grad in model.grads.items()}
+    rng = np.random.default_rng(0)
+    eps = 1e-6
+    for name, param in model.params.items():
+        for index in {tuple(rng.integers(0, s) for s in param.shape) for _ in range(6)}:
+            saved = param[index]
+            param[index] = saved + eps
+            up = loss()
+            param[index] = saved - eps
+            down = loss()
+            param[index] = saved
+            numeric = (up - down) / (2 * eps)
+            assert analytic[name][index] == pytest.approx(numeric, rel=1e-5, abs=1e-8), (name, index)
+
+
+def test_the_reverse_step_refuses_to_run_without_its_taping_step() -> None:
+    model = LSTM(CORPUS, 4, hidden=4, batch=2, kernels="numpy")
+    model.reset()
+    model.step(0)
+    model.step(1)
+    with pytest.raises(RuntimeError, match="taping step is missing"):
+        model.adjoint(0)
+
+
+def test_nothing_in_the_model_grows_with_n() -> None:
+    def array_bytes(model: LSTM) -> int:
+        return sum(v.nbytes for v in vars(model).values() if isinstance(v, np.ndarray)) + sum(
+            a.nbytes for d in (model.params, model.grads, model.rms) for a in d.values())
+
+    assert array_bytes(LSTM(CORPUS, 10, hidden=8, batch=2)) == array_bytes(
+        LSTM(CORPUS, 100000, hidden=8, batch=2))
+
+
+@pytest.mark.timeout(300)
+def test_runner_writes_results_figures_and_a_table(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "experiments.lstm", "--lengths", "8", "16", "--repeats", "1",
+         "--hidden", "8", "--batch", "2", "--out", str(out), "--methods", "backprop", "revolve",
+         "async-dram", "async-disk"],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert len(results) == 8
+    assert len({r["gradient_xxh3"] for r in results if r["n"] == 16}) == 1
+    assert (out / "fig4_memory.png").stat().st_size > 10000
+    assert (out / "fig5_time.png").stat().st_size > 10000
+    assert "grads equal" in done.stdout and "NO" not in done.stdout
+    assert [p.name for p in out.iterdir() if p.name.startswith("level2")] == []
