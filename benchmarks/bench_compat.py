@@ -34,6 +34,9 @@ class CountingForward:
             self.w.step()
 
 
+LAST_STATS: dict[str, object] = {}
+
+
 def run(revolver_class, w: Workload, n: int, slots: int) -> tuple[float, int, bytes]:
     w.reset()
     fwd = CountingForward(w)
@@ -43,6 +46,11 @@ def run(revolver_class, w: Workload, n: int, slots: int) -> tuple[float, int, by
     revolver.apply_reverse()
     elapsed = time.perf_counter() - start
     if hasattr(revolver, "close"):
+        stats = revolver.stats
+        LAST_STATS.update(interval=stats.interval, write_stall_s=round(stats.write_stall_s, 3),
+                          read_stall_s=round(stats.read_stall_s, 3),
+                          write_busy_s=round(stats.write_busy_s, 3),
+                          forward_s=round(stats.forward_s, 3), reverse_s=round(stats.reverse_s, 3))
         revolver.close()
     return elapsed, fwd.steps, w.adjoint.tobytes()
 
@@ -72,6 +80,7 @@ def main() -> None:
         "pyrevolve_over_asyncckpt": round(statistics.median(theirs) / statistics.median(ours), 3),
         "pyrevolve_forward_steps": steps_theirs, "asyncckpt_forward_steps": steps_ours,
         "adjoints_equal": adj_theirs == adj_ours and bool(np.isfinite(w.adjoint).all()),
+        "asyncckpt_last_run": LAST_STATS,
     }))
 
 
