@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .actions import Advance, EndForward, Free, Load, Prefetch, Reverse, Store, Tier
 from ._args import check_int
-from .revolve import optimal_forward_steps, optimal_recomputations
+from .revolve import Revolve, optimal_forward_steps, optimal_recomputations
 
 __all__ = [
     "Costs",
@@ -73,16 +73,22 @@ class Prediction:
 
 
 def predict_store_all(n_steps: int, costs: Costs) -> Prediction:
-    """No memory limit: every state kept, each step run forward once plus once as a taping step."""
+    """No memory limit: every state kept, each step run forward once plus once as a taping step;
+    n states copied out and n - 1 copied back (``tc`` each)."""
     n = check_int("n_steps", n_steps, 1)
-    return Prediction("store-all", (n - 1) * costs.tf + n * costs.tb, n * costs.tf,
-                      (n - 1) * costs.tf + n * costs.tb - n * costs.tf, 2 * n - 1)
+    forward = n * (costs.tf + costs.tc)
+    total = (n - 1) * costs.tf + n * costs.tb + (2 * n - 1) * costs.tc
+    return Prediction("store-all", total, forward, total - forward, 2 * n - 1)
 
 
 def predict_revolve(n_steps: int, snaps: int, costs: Costs) -> Prediction:
-    """Revolve with ``snaps`` slots: T = (F - n) tf + n tb, F its optimal total (memory copies
-    not priced: Revolve's are in fast memory)."""
+    """Revolve with ``snaps`` slots: T = (F - n) tf + n tb, F its optimal total; with ``tc`` > 0
+    its stores and loads are priced too, by walking the schedule (:func:`simulate_times`)."""
     n = check_int("n_steps", n_steps, 1)
+    if costs.tc > 0:
+        walked = simulate_times(Revolve(n, snaps), costs)
+        return Prediction("revolve", walked.total_s, walked.forward_s, walked.reverse_s,
+                          walked.forward_steps)
     total_steps = optimal_forward_steps(n, snaps)
     total = (total_steps - n) * costs.tf + n * costs.tb
     return Prediction("revolve", total, n * costs.tf, total - n * costs.tf, total_steps)
