@@ -77,3 +77,40 @@ def touched(nbytes: int) -> np.ndarray:
     buffer = np.empty(nbytes, dtype=np.uint8)
     buffer.fill(0)
     return buffer
+
+
+def store_all(w: Workload, n: int, buffers: list[np.ndarray]) -> None:
+    """Store every state in preallocated RAM, then reverse under the pyrevolve protocol."""
+    w.reset()
+    for t in range(n):
+        np.copyto(buffers[t], w.state)
+        w.step()
+    w.reverse_step()
+    for t in range(n - 2, -1, -1):
+        np.copyto(w.state, buffers[t])
+        w.step()
+        w.reverse_step()
+
+
+def pyrevolve_runner(w: Workload, slots: int, n: int) -> Callable[[], None]:
+    """A function running one forward+reverse pass of ``w`` with pyrevolve's Revolver."""
+    import pyrevolve
+
+    class PyCheckpoint(pyrevolve.Checkpoint):
+        size, dtype = w.size, w.dtype
+
+        def get_data(self, t: int) -> list[np.ndarray]:
+            return [w.state]
+
+        def get_data_location(self, t: int) -> list[np.ndarray]:
+            return [w.state]
+
+    fwd, rev = Fwd(w), Rev(w)
+
+    def run() -> None:
+        w.reset()
+        revolver = pyrevolve.Revolver(PyCheckpoint(), fwd, rev, slots, n)
+        revolver.apply_forward()
+        revolver.apply_reverse()
+
+    return run

@@ -22,7 +22,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Fwd, Rev, Workload, median_time, touched  # noqa: E402
+from _common import (  # noqa: E402
+    Fwd, Rev, Workload, median_time, pyrevolve_runner, store_all, touched)
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 from schedules.model import Costs, predict_revolve, predict_store_all  # noqa: E402
@@ -33,22 +34,8 @@ WORKLOADS = {
 }
 
 
-def store_all(w: Workload, n: int, buffers: list[np.ndarray]) -> None:
-    w.reset()
-    for t in range(n):
-        np.copyto(buffers[t], w.state)
-        w.step()
-    w.reverse_step()
-    for t in range(n - 2, -1, -1):
-        np.copyto(w.state, buffers[t])
-        w.step()
-        w.reverse_step()
-
-
 def measure(name: str, mib: float, passes: int, storage: str | None, n: int, slots: int,
             repeats: int, disk: str) -> dict[str, object]:
-    import pyrevolve
-
     w = Workload(int(mib * 2**20), passes=passes)
     fwd, rev = Fwd(w), Rev(w)
     level2 = disk if storage == "disk" else None
@@ -67,21 +54,7 @@ def measure(name: str, mib: float, passes: int, storage: str | None, n: int, slo
     del buffers
     out["store_all_measured_over_predicted"] = measured / predict_store_all(n, costs).total_s
 
-    class PyCheckpoint(pyrevolve.Checkpoint):
-        size, dtype = w.size, w.dtype
-
-        def get_data(self, t: int) -> list[np.ndarray]:
-            return [w.state]
-
-        def get_data_location(self, t: int) -> list[np.ndarray]:
-            return [w.state]
-
-    def revolve() -> None:
-        w.reset()
-        revolver = pyrevolve.Revolver(PyCheckpoint(), fwd, rev, slots, n)
-        revolver.apply_forward()
-        revolver.apply_reverse()
-
+    revolve = pyrevolve_runner(w, slots, n)
     measured = med([median_time(revolve, 1) for _ in range(repeats)])
     out["revolve_measured_over_predicted"] = measured / predict_revolve(n, slots, costs).total_s
 

@@ -28,23 +28,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Fwd, Rev, Workload, median_time, touched  # noqa: E402
+from _common import (  # noqa: E402
+    Fwd, Rev, Workload, median_time, pyrevolve_runner, store_all, touched)
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 from asyncckpt._buffers import aligned_buffer  # noqa: E402
-
-
-def store_all(w: Workload, n: int, buffers: list[np.ndarray]) -> None:
-    """Store every state in preallocated RAM, then reverse under the pyrevolve protocol."""
-    w.reset()
-    for t in range(n):
-        np.copyto(buffers[t], w.state)
-        w.step()
-    w.reverse_step()
-    for t in range(n - 2, -1, -1):
-        np.copyto(w.state, buffers[t])
-        w.step()
-        w.reverse_step()
 
 
 def asyncckpt_run(ckp: AsyncCheckpointer, w: Workload) -> None:
@@ -115,6 +103,9 @@ def main() -> None:
         with AsyncCheckpointer(empty, Fwd(empty), Rev(empty), 64, l1_slots=1, interval=1,
                                storage=storage, transfers="background") as ckp:
             speeds = []
+            empty.reset()
+            ckp.apply_forward()  # warm-up: Level-2 allocated once, as raw's buffers are
+            ckp.apply_reverse()
             for _ in range(repeats):
                 empty.reset()
                 start = time.perf_counter()
@@ -163,24 +154,7 @@ def main() -> None:
             out["interval1_over_store_all"] = med([a / b for a, b in pairs])
             out["store_all_s"] = med([b for _, b in pairs])
         if not args.skip_pyrevolve:
-            import pyrevolve
-
-            class PyCheckpoint(pyrevolve.Checkpoint):
-                size = w.size
-                dtype = w.dtype
-
-                def get_data(self, t: int) -> list[np.ndarray]:
-                    return [w.state]
-
-                def get_data_location(self, t: int) -> list[np.ndarray]:
-                    return [w.state]
-
-            def pyrevolve_run() -> None:
-                w.reset()
-                revolver = pyrevolve.Revolver(PyCheckpoint(), fwd, rev, slots, n)
-                revolver.apply_forward()
-                revolver.apply_reverse()
-
+            pyrevolve_run = pyrevolve_runner(w, slots, n)
             out["pyrevolve_over_asyncckpt"] = med(
                 [median_time(pyrevolve_run, 1) for _ in range(repeats)]) / best_total
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}))

@@ -11,20 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+import sys
+from pathlib import Path
 
-from schedules import Revolve, simulate
-from schedules.revolve import optimal_forward_steps
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import median_time  # noqa: E402
 
-
-def timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from schedules import Revolve, simulate  # noqa: E402
+from schedules.revolve import optimal_forward_steps  # noqa: E402
 
 
 def checkpoint_schedules_time(n: int, s: int, repeats: int) -> float | None:
@@ -39,7 +33,7 @@ def checkpoint_schedules_time(n: int, s: int, repeats: int) -> float | None:
             if type(action).__name__ == "EndReverse":
                 break
     del StorageType
-    return timed(run, repeats)
+    return median_time(run, repeats)
 
 
 def main() -> None:
@@ -51,7 +45,7 @@ def main() -> None:
         result = simulate(Revolve(n, s))
         assert result.forward_steps == optimal_forward_steps(n, s)
         repeats = args.repeats if n <= 10**5 else 1
-        ours = timed(lambda: simulate(Revolve(n, s)), repeats)
+        ours = median_time(lambda: simulate(Revolve(n, s)), repeats)
         key = f"revolve_n{n}_s{s}"
         out[f"{key}_s"] = round(ours, 3)
         theirs = checkpoint_schedules_time(n, s, repeats)
