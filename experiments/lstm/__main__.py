@@ -22,7 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .methods import METHODS
+from .methods import METHODS, parse_interval
 from .report import figures, goals, table
 
 QUICK = {"lengths": [50, 100, 200, 400, 800, 1600, 3200], "repeats": 2}
@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
     parser.add_argument("--slots", type=int, default=10,
                         help="Level-1 slots for Revolve and asyncckpt (default 10)")
-    parser.add_argument("--interval", type=int, default=1,
-                        help="asyncckpt interval (default 1: the LSTM state is small)")
+    parser.add_argument("--interval", type=parse_interval, default=1,
+                        help="asyncckpt interval, or 'auto' (default 1: the LSTM state is small)")
     parser.add_argument("--repeats", type=int, help="passes per process; the minimum is reported")
     parser.add_argument("--kernels", choices=["numba", "numpy"], default="numba")
     parser.add_argument("--disk-dir", type=Path, default=None,

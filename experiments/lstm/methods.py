@@ -1,13 +1,14 @@
 """One forward+backward pass of the LSTM by each method, all with bit-identical gradients."""
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable
 from typing import Any
 
 from .model import LSTM, ForwardOperator, ReverseOperator
 
-__all__ = ["METHODS", "run_method", "describe"]
+__all__ = ["METHODS", "run_method", "describe", "parse_interval"]
 
 #: method name -> what it is
 METHODS = {
@@ -18,6 +19,19 @@ METHODS = {
     "async-tmpfs": "asyncckpt, Level-2 on tmpfs (/dev/shm)",
     "async-disk": "asyncckpt, Level-2 on the disk",
 }
+
+
+def parse_interval(text: str) -> int | str:
+    """The ``--interval`` option: a positive int or "auto"."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an interval >= 1 or 'auto', got {text!r}")
+    return value
 
 
 def describe(method: str) -> str:
@@ -64,8 +78,7 @@ def _asyncckpt(storage: Callable[[str], Any]) -> Callable[..., dict[str, Any]]:
         from asyncckpt import AsyncCheckpointer
 
         with AsyncCheckpointer(model, ForwardOperator(model), ReverseOperator(model),
-                               model.n_steps, l1_slots=slots,
-                               interval=interval if isinstance(interval, int) else 1,
+                               model.n_steps, l1_slots=slots, interval=interval,
                                storage=storage(level2_dir)) as ckp:
             ckp.apply_forward()
             ckp.apply_reverse()

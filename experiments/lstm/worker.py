@@ -18,7 +18,7 @@ import xxhash
 
 from .corpus import load_corpus
 from .kernels import KERNELS
-from .methods import METHODS, run_method
+from .methods import METHODS, parse_interval, run_method
 from .model import LSTM
 
 __all__ = ["main", "peak_rss_bytes"]
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--slots", type=int, default=10)
-    parser.add_argument("--interval", type=int, default=1)
+    parser.add_argument("--interval", type=parse_interval, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kernels", choices=KERNELS, default="numba")
     parser.add_argument("--level2-dir", default=None)
