@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .actions import Advance, EndForward, Free, Load, Prefetch, Reverse, Store, Tier
 from ._args import check_int
-from .revolve import Revolve, optimal_forward_steps, optimal_recomputations
+from .revolve import checkpoints_taken, optimal_forward_steps, optimal_recomputations
 
 __all__ = [
     "Costs",
@@ -82,48 +82,52 @@ def predict_store_all(n_steps: int, costs: Costs) -> Prediction:
 
 
 def predict_revolve(n_steps: int, snaps: int, costs: Costs) -> Prediction:
-    """Revolve with ``snaps`` slots: T = (F - n) tf + n tb, F its optimal total; with ``tc`` > 0
-    its stores and loads are priced too, by walking the schedule (:func:`simulate_times`)."""
+    """Revolve with ``snaps`` slots: T = (F - n) tf + n tb, F its optimal total, plus one copy
+    (``tc``) per checkpoint stored and per load (n - 1 of them)."""
     n = check_int("n_steps", n_steps, 1)
-    if costs.tc > 0:
-        walked = simulate_times(Revolve(n, snaps), costs)
-        return Prediction("revolve", walked.total_s, walked.forward_s, walked.reverse_s,
-                          walked.forward_steps)
     total_steps = optimal_forward_steps(n, snaps)
-    total = (total_steps - n) * costs.tf + n * costs.tb
+    copies = 1 + checkpoints_taken(n, snaps) + (n - 1)
+    total = (total_steps - n) * costs.tf + n * costs.tb + copies * costs.tc
     return Prediction("revolve", total, n * costs.tf, total - n * costs.tf, total_steps)
 
 
 def predict_async_multistage(n_steps: int, interval: int, l1_slots: int, costs: Costs, *,
                              staging_buffers: int = 2) -> Prediction:
-    """The paper's closed form with the stalls a single transfer channel adds.
+    """The paper's closed form, with the in-memory copies and the stalls of one transfer channel.
 
     Forward: each interval takes ``max(I tf + tc, tw)`` once the staging buffers are full (the
-    first ``staging_buffers`` writes are absorbed). Reverse: each interval's compute
-    ``(I + p(I, s + 1) - I) tf + I tb`` hides the next prefetch ``tr`` or waits for the rest.
+    first ``staging_buffers`` writes are absorbed). Reverse: each interval costs its recomputation
+    ``p(I, s + 1) tf``, its reverse steps ``I tb``, replaying it ``I tf`` and one copy per load
+    and checkpoint (``tc``), and hides the next prefetch ``tr`` or waits for the rest.
     """
     n = check_int("n_steps", n_steps, 1)
     interval = check_int("interval", interval, 1, n)
     l1_slots = check_int("l1_slots", l1_slots, 1)
+    snaps = l1_slots + 1
     count = math.ceil(n / interval)
     last = n - (count - 1) * interval
+    level2_stores = count - 1 + (last > 1)
     compute_fwd = interval * costs.tf + costs.tc
-    write_bound = max(0, count - staging_buffers)
+    write_bound = max(0, level2_stores - staging_buffers)
     write_stall = max(0.0, costs.tw - compute_fwd) * write_bound
-    forward = n * costs.tf + count * costs.tc + write_stall
+    forward = n * costs.tf + level2_stores * costs.tc + write_stall
 
-    def reverse_compute(length: int) -> float:
-        return optimal_recomputations(length, l1_slots + 1) * costs.tf + length * (costs.tb - costs.tf)
+    def reverse_compute(length: int, loads: int) -> float:
+        copies = loads + checkpoints_taken(length, snaps)
+        return (optimal_recomputations(length, snaps) * costs.tf
+                + length * (costs.tb - costs.tf) + copies * costs.tc)
 
-    full = reverse_compute(interval) + interval * costs.tf
-    last_cost = reverse_compute(last)
+    # an interval loads its start from Level-2, then reloads before each reverse step but the
+    # last; the last interval starts from the live state the forward sweep left
+    full = reverse_compute(interval, interval) + interval * costs.tf
+    last_cost = reverse_compute(last, last - 1)
     # the first prefetch waits behind the writes still queued at the end of the forward sweep
     queued = min(staging_buffers, count) * max(0.0, costs.tw - compute_fwd) if count > 1 else 0.0
     read_stall = max(0.0, queued + costs.tr - last_cost) if count > 1 else 0.0
     read_stall += max(0.0, costs.tr - full) * max(0, count - 2)
     reverse = last_cost + (count - 1) * full + read_stall
-    steps = n + optimal_recomputations(last, l1_slots + 1) + (count - 1) * (
-        interval + optimal_recomputations(interval, l1_slots + 1))
+    steps = n + optimal_recomputations(last, snaps) + (count - 1) * (
+        interval + optimal_recomputations(interval, snaps))
     return Prediction("async-multistage", forward + reverse, forward, reverse, steps,
                       write_stall, read_stall)
 

@@ -6,6 +6,7 @@ schedule costs O(number of actions).
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 
 from ._args import check_int
@@ -15,6 +16,7 @@ __all__ = [
     "Revolve",
     "reverse_range",
     "mark_end_forward",
+    "checkpoints_taken",
     "repetition_number",
     "optimal_recomputations",
     "optimal_forward_steps",
@@ -71,6 +73,21 @@ def _split(steps: int, snaps: int) -> int:
         beta_prev, beta = beta, beta * (snaps + reps) // reps
     fewer_prev = beta_prev * snaps // (snaps + reps - 1)  # beta(c - 1, reps - 1)
     return max(1, min(beta_prev, steps - fewer_prev))
+
+
+@functools.lru_cache(maxsize=65536)
+def checkpoints_taken(n_steps: int, snaps: int) -> int:
+    """The Level-1 stores :func:`reverse_range` makes to reverse ``n_steps`` steps with ``snaps``
+    slots (the start's not counted): exact, by walking its splits without generating actions."""
+    stores = 0
+    while n_steps > 2 and snaps > 1:
+        advance = _split(n_steps, snaps)
+        if advance == n_steps - 1:
+            n_steps -= 1  # the taping step needs no checkpoint
+            continue
+        stores += 1 + checkpoints_taken(n_steps - advance, snaps - 1)
+        n_steps = advance
+    return stores
 
 
 def reverse_range(

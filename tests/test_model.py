@@ -21,12 +21,13 @@ times = st.floats(0.1, 10.0)
 
 
 @settings(max_examples=80, deadline=None)
-@given(data=st.data(), tf=times, extra=times)
-def test_closed_forms_equal_the_event_simulation_when_transfers_are_free(data, tf, extra) -> None:
+@given(data=st.data(), tf=times, extra=times, tc=st.sampled_from([0.0, 0.3]))
+def test_closed_forms_equal_the_event_simulation_when_transfers_are_free(data, tf, extra,
+                                                                         tc) -> None:
     n = data.draw(st.integers(1, 400), label="n")
     interval = data.draw(st.integers(1, n), label="interval")
     slots = data.draw(st.integers(1, 8), label="slots")
-    costs = Costs(tf=tf, tb=tf + extra)
+    costs = Costs(tf=tf, tb=tf + extra, tc=tc)
     closed = predict_async_multistage(n, interval, slots, costs)
     event = simulate_times(AsyncMultistage(n, interval, slots), costs)
     assert closed.total_s == pytest.approx(event.total_s, rel=1e-9)
