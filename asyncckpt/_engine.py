@@ -28,7 +28,7 @@ __all__ = ["TransferEngine"]
 
 def _checksum(view: np.ndarray) -> int:
     # xxh3 runs at ~27 GB/s here, beside 12 GB/s for the copy it guards
-    return xxhash.xxh3_64_intdigest(view)
+    return xxhash.xxh3_64_intdigest(view.data)
 
 
 class _Completed:

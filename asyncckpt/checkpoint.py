@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -115,7 +116,7 @@ def check_descriptor(checkpoint: object) -> int:
     return int(size) * itemsize
 
 
-def check_arrays(arrays: object, nbytes: int, dtype: np.dtype, where: str) -> list[np.ndarray]:
+def check_arrays(arrays: Any, nbytes: int, dtype: np.dtype, where: str) -> list[np.ndarray]:
     """Check that ``arrays`` (from get_data or get_data_location) match the descriptor.
 
     Raises
@@ -127,7 +128,7 @@ def check_arrays(arrays: object, nbytes: int, dtype: np.dtype, where: str) -> li
     """
     if isinstance(arrays, np.ndarray):
         raise TypeError(f"{where} must return a list of arrays, got a single ndarray")
-    arrays = list(arrays)  # type: ignore[call-overload]
+    arrays = list(arrays)
     total = 0
     for i, array in enumerate(arrays):
         if not isinstance(array, np.ndarray):

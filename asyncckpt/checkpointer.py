@@ -42,10 +42,11 @@ log = logging.getLogger(__name__)
 def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
+    value = int(value)
     if value < minimum or (maximum is not None and value > maximum):
         bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise ValueError(f"{name} must be {bound}, got {value}")
-    return int(value)
+    return value
 
 
 def _check_operator(name: str, operator: object) -> None:
@@ -157,7 +158,7 @@ class AsyncCheckpointer:
         self._tuner: IntervalTuner | None = None
         try:
             self._slots = [aligned_buffer(self.nbytes) for _ in range(self.l1_slots)]
-            if interval != "auto":
+            if isinstance(interval, int):
                 self._plan(interval)
             self.transfer_costs: tuple[float, float] | None = None
             if self._owns_storage or interval == "auto":
@@ -410,25 +411,24 @@ class AsyncCheckpointer:
         in_l1, slots = self._in_l1, self._slots
         clock = time.perf_counter
         for action in self._actions:  # type: ignore[union-attr]
-            kind = type(action)
-            if kind is Advance:
+            if isinstance(action, Advance):
                 start = clock()
                 fwd.apply(t_start=action.start, t_end=action.end)
                 stats.forward_compute_s += clock() - start
                 stats.forward_steps += action.end - action.start
-            elif kind is Reverse:
+            elif isinstance(action, Reverse):
                 start = clock()
                 rev.apply(t_start=action.step, t_end=action.step + 1)
                 stats.reverse_compute_s += clock() - start
                 stats.reverse_steps += 1
-            elif kind is Load:
+            elif isinstance(action, Load):
                 arrays = self._checked(checkpoint.get_data_location(action.step),
                                        "get_data_location", action.step)
                 if action.tier is Tier.L1:
                     copy_in(in_l1[action.step], arrays)
                 elif not engine.load(action.step, arrays):
                     self._recompute(action.step)
-            elif kind is Store:
+            elif isinstance(action, Store):
                 arrays = self._checked(checkpoint.get_data(action.step), "get_data", action.step)
                 if action.tier is Tier.L1:
                     buffer = slots.pop()
@@ -437,14 +437,14 @@ class AsyncCheckpointer:
                     stats.l1_peak_slots = max(stats.l1_peak_slots, len(in_l1))
                 else:
                     engine.store(action.step, arrays)
-            elif kind is Free:
+            elif isinstance(action, Free):
                 if action.tier is Tier.L1:
                     slots.append(in_l1.pop(action.step))
                 else:
                     engine.free(action.step)
-            elif kind is Prefetch:
+            elif isinstance(action, Prefetch):
                 engine.prefetch(action.step)
-            if kind is until:
+            if type(action) is until:
                 return
-            if kind is EndForward or kind is EndReverse:
+            if isinstance(action, EndForward) or isinstance(action, EndReverse):
                 raise AssertionError(f"unexpected {action!r}")

@@ -121,11 +121,11 @@ class Revolver:
         self.checkpoint = checkpoint
         self.fwd_operator = fwd_operator
         self.rev_operator = rev_operator
-        self.n_checkpoints = n_checkpoints
+        self.n_checkpoints: int = n_checkpoints  # type: ignore[assignment] # checked below
         self.n_timesteps = n_timesteps
         self._counted: tuple[object, int] | None = None
         self.checkpointer = AsyncCheckpointer(
-            checkpoint, fwd_operator, rev_operator, n_timesteps, l1_slots=n_checkpoints,
+            checkpoint, fwd_operator, rev_operator, n_timesteps, l1_slots=self.n_checkpoints,
             interval=interval, storage=storage, **options)
 
     def apply_forward(self) -> None:

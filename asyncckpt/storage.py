@@ -361,15 +361,15 @@ class FileStorage(Storage):
     def _write(self, buf: np.ndarray, offset: int) -> None:
         nbytes = buf.nbytes
         if not self._aligned(buf):
-            self._pwrite_all(self._fd, memoryview(buf), offset)
+            self._pwrite_all(self._fd, buf.data, offset)
             return
         body = nbytes - nbytes % PAGE
         if body:
-            self._pwrite_all(self._direct_fd, memoryview(buf[:body]), offset)
+            self._pwrite_all(self._direct_fd, buf[:body].data, offset)
         if body < nbytes:
             page = self._bounce_page()
             page[: nbytes - body] = buf[body:]
-            self._pwrite_all(self._direct_fd, memoryview(page), offset + body)
+            self._pwrite_all(self._direct_fd, page.data, offset + body)
 
     @staticmethod
     def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -385,14 +385,14 @@ class FileStorage(Storage):
         offset = slot * self._record
         nbytes = out.nbytes
         if not self._aligned(out):
-            self._pread_exact(self._fd, memoryview(out), offset, key)
+            self._pread_exact(self._fd, out.data, offset, key)
             return
         body = nbytes - nbytes % PAGE
         if body:
-            self._pread_exact(self._direct_fd, memoryview(out[:body]), offset, key)
+            self._pread_exact(self._direct_fd, out[:body].data, offset, key)
         if body < nbytes:
             page = self._bounce_page()
-            self._pread_exact(self._direct_fd, memoryview(page), offset + body, key,
+            self._pread_exact(self._direct_fd, page.data, offset + body, key,
                               need=nbytes - body)
             out[body:] = page[: nbytes - body]
 

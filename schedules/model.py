@@ -157,13 +157,12 @@ def simulate_times(actions: Iterable[object], costs: Costs, *, staging_buffers: 
         return end
 
     for action in actions:
-        kind = type(action)
-        if kind is Advance:
+        if isinstance(action, Advance):
             steps += action.end - action.start
             now += (action.end - action.start) * costs.tf
-        elif kind is Reverse:
+        elif isinstance(action, Reverse):
             now += costs.tb - costs.tf
-        elif kind is Store:
+        elif isinstance(action, Store):
             if action.tier is Tier.L2:
                 in_flight = [t for t in in_flight if t > now]
                 if len(in_flight) >= staging_buffers:
@@ -177,19 +176,19 @@ def simulate_times(actions: Iterable[object], costs: Costs, *, staging_buffers: 
                 written[action.step] = end
             else:
                 now += costs.tc
-        elif kind is Prefetch:
+        elif isinstance(action, Prefetch):
             arrives[action.step] = transfer(max(now, written.get(action.step, 0.0)), costs.tr)
-        elif kind is Load:
+        elif isinstance(action, Load):
             if action.tier is Tier.L2:
                 ready = arrives[action.step]
                 if ready > now:
                     read_stall += ready - now
                     now = ready
             now += costs.tc
-        elif kind is Free:
+        elif isinstance(action, Free):
             if action.tier is Tier.L2:
                 arrives.pop(action.step, None)
-        elif kind is EndForward and forward_end is None:
+        elif isinstance(action, EndForward) and forward_end is None:
             forward_end = now
     forward_end = now if forward_end is None else forward_end
     return Prediction("simulated", now, forward_end, now - forward_end, steps, write_stall,

@@ -92,7 +92,7 @@ class AsyncMultistage:
             yield Advance(start, start + self.interval)
         if keep_last:
             yield Store(last, Tier.L2)
-        ahead = (Prefetch(last),) if keep_last else ()
+        ahead: tuple[Prefetch, ...] = (Prefetch(last),) if keep_last else ()
         if len(starts) > 1:
             ahead += (Prefetch(starts[-2]),)
         stored = {last: Tier.L2}

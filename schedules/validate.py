@@ -105,10 +105,9 @@ def simulate(
         return ScheduleError(f"action #{position} {_name(action)}: {why}")
 
     for position, action in enumerate(actions):
-        kind = type(action)
         if phase == "ended":
             raise fail(action, "comes after EndReverse()")
-        if kind is Advance:
+        if isinstance(action, Advance):
             if live != action.start:
                 raise fail(action, f"advances from u_{action.start} but the live state is "
                            f"{'unknown' if live is None else f'u_{live}'}")
@@ -119,7 +118,7 @@ def simulate(
             forward_steps += action.end - action.start
             live = action.end
             taped = action.end - 1
-        elif kind is Store:
+        elif isinstance(action, Store):
             if live != action.step:
                 raise fail(action, f"stores u_{action.step} but the live state is "
                            f"{'unknown' if live is None else f'u_{live}'}")
@@ -136,7 +135,7 @@ def simulate(
                 l2.add(action.step)
                 l2_writes += 1
                 l2_peak = max(l2_peak, len(l2))
-        elif kind is Prefetch:
+        elif isinstance(action, Prefetch):
             if action.step not in l2:
                 raise fail(action, f"prefetches u_{action.step}, which is not on Level-2 "
                            "(never stored, or already freed)")
@@ -148,7 +147,7 @@ def simulate(
                 raise fail(action, f"{len(prefetched)} prefetch buffers exceed "
                            f"prefetch_slots={cap_pf}")
             prefetch_peak = max(prefetch_peak, len(prefetched))
-        elif kind is Load:
+        elif isinstance(action, Load):
             if action.tier is Tier.L1:
                 if action.step not in l1:
                     raise fail(action, f"loads u_{action.step}, which is not in Level-1 "
@@ -160,7 +159,7 @@ def simulate(
                 waited.add(action.step)
             live = action.step
             taped = None
-        elif kind is Free:
+        elif isinstance(action, Free):
             held = l1 if action.tier is Tier.L1 else l2
             if action.step not in held:
                 raise fail(action, f"frees u_{action.step}, which is not in {action.tier.name}")
@@ -170,7 +169,7 @@ def simulate(
                     raise fail(action, f"the prefetch of u_{action.step} was never waited for")
                 prefetched.discard(action.step)
                 waited.discard(action.step)
-        elif kind is Reverse:
+        elif isinstance(action, Reverse):
             if phase != "reverse":
                 raise fail(action, "reverse step before EndForward()")
             if action.step != next_reverse:
@@ -181,7 +180,7 @@ def simulate(
             reverse_steps += 1
             next_reverse -= 1
             live = taped = None
-        elif kind is EndForward:
+        elif isinstance(action, EndForward):
             if phase != "forward":
                 raise fail(action, "a second EndForward()")
             if n is None:
@@ -191,7 +190,7 @@ def simulate(
                            f"{'unknown' if live is None else f'u_{live}'}")
             phase = "reverse"
             next_reverse = n - 1
-        elif kind is EndReverse:
+        elif isinstance(action, EndReverse):
             if phase != "reverse":
                 raise fail(action, "EndReverse() before EndForward()")
             if next_reverse != -1:
@@ -201,7 +200,7 @@ def simulate(
                            f"Level-2 {sorted(l2)[:8]}")
             phase = "ended"
         else:
-            raise fail(action, f"is not a schedule action (type {kind.__name__})")
+            raise fail(action, f"is not a schedule action (type {type(action).__name__})")
     if phase != "ended":
         raise ScheduleError(f"the schedule ends after {position + 1} actions without "
                             f"{'EndForward()' if phase == 'forward' else 'EndReverse()'}")
