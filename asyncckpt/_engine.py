@@ -2,8 +2,10 @@
 worker threads.
 
 The main thread pays one memory copy per store and never waits for a write unless every staging
-buffer is in flight. Futures carry each transfer's result or exception back; the first failure
-marks the engine broken and is raised, chained, on the main thread at its next call.
+buffer is in flight. Futures carry each transfer's result or exception back. Under the "raise"
+policy the first failure marks the engine broken and is raised, chained, on the main thread at
+its next call; under "recompute" a failed write is retried once and a state that stays lost is
+reported by :meth:`TransferEngine.load` for the caller to rebuild.
 """
 from __future__ import annotations
 
