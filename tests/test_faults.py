@@ -283,3 +283,35 @@ def test_recompute_policy_cannot_rebuild_the_initial_state() -> None:
             model.reset_adjoint()
             ckp.apply_reverse()
     storage.close()
+
+
+def test_ctrl_c_while_waiting_for_a_stalled_device() -> None:
+    import os
+    import signal
+    import threading
+    import time
+
+    class Stalled(FaultyMemory):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = threading.Event()
+
+        def put(self, key: int, buf: np.ndarray) -> None:
+            self.gate.wait(30)
+            super().put(key, buf)
+
+    model = RecurrentCell(N)
+    storage = Stalled()
+    ckp = checkpointer(model, storage, staging_buffers=1)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model.reset()
+            ckp.apply_forward()  # the second store waits for the stalled first write
+        assert time.monotonic() - start < 5
+    finally:
+        timer.cancel()
+        storage.gate.set()
+    assert_clean(ckp, storage)
