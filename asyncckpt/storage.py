@@ -39,10 +39,6 @@ class Storage(abc.ABC):
     accepts any instance that implements the five methods below.
     """
 
-    #: True where ``put`` and ``get`` go through the operating system (a file), so page-aligned
-    #: buffers make them faster.
-    prefers_aligned_buffers = False
-
     @abc.abstractmethod
     def put(self, key: int, buf: np.ndarray) -> None:
         """Store the bytes of ``buf`` (a 1-d uint8 array) under ``key``, replacing nothing."""
@@ -215,8 +211,6 @@ class FileStorage(Storage):
     a small per-thread aligned bounce buffer.
     """
 
-    prefers_aligned_buffers = True
-
     def __init__(self, path: str | os.PathLike[str], *, direct: bool | None = None,
                  direct_min_bytes: int = 1 << 20) -> None:
         if not isinstance(path, (str, os.PathLike)):
@@ -246,8 +240,13 @@ class FileStorage(Storage):
             raise ValueError(f"FileStorage cannot create its directory under {str(root)!r}: "
                              f"{exc.strerror}") from exc
         self._file = self.directory / "level2.dat"
-        self._fd = os.open(self._file, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        self._direct_fd = -1
+        self._fd = self._direct_fd = -1
+        try:
+            self._fd = os.open(self._file, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                               0o600)
+        except OSError:
+            self._cleanup()
+            raise
         if direct is not False and hasattr(os, "O_DIRECT"):
             try:
                 self._direct_fd = os.open(self._file, os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
