@@ -25,7 +25,7 @@ from tqdm import tqdm
 from .methods import METHODS, parse_interval
 from .report import figures, goals, table
 
-QUICK = {"lengths": [50, 100, 200, 400, 800, 1600, 3200], "repeats": 2}
+QUICK = {"lengths": [50, 100, 200, 400, 800, 1600, 3200], "repeats": 3}
 FULL = {"lengths": [100, 200, 400, 800, 1600, 3200, 6400, 12800], "repeats": 5}
 
 
