@@ -117,11 +117,14 @@ class Revolver:
             try:
                 interval = int(text)
             except ValueError:
+                if text != "auto":
+                    raise ValueError(f"ASYNCCKPT_INTERVAL must be a positive integer or 'auto', "
+                                     f"got {text!r}") from None
                 interval = text
         self.checkpoint = checkpoint
         self.fwd_operator = fwd_operator
         self.rev_operator = rev_operator
-        self.n_checkpoints: int = n_checkpoints  # type: ignore[assignment] # checked below
+        self.n_checkpoints: int = n_checkpoints  # type: ignore[assignment] # AsyncCheckpointer checks it
         self.n_timesteps = n_timesteps
         self._counted: tuple[object, int] | None = None
         self.checkpointer = AsyncCheckpointer(

@@ -139,6 +139,14 @@ def test_storage_and_interval_from_the_environment(monkeypatch, disk_dir) -> Non
     assert list(disk_dir.iterdir()) == []
 
 
+def test_bad_interval_in_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("ASYNCCKPT_INTERVAL", "often")
+    model = RecurrentCell(10)
+    with pytest.raises(ValueError, match="ASYNCCKPT_INTERVAL must be a positive integer or "
+                                         "'auto', got 'often'"):
+        Revolver(model, Forward(model), Reverse(model), 2, 10)
+
+
 def test_base_classes() -> None:
     class Fwd(Operator):
         def apply(self, **kwargs) -> None:
