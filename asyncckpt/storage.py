@@ -21,7 +21,7 @@ import psutil
 from ._buffers import PAGE, aligned_buffer, padded, touched
 from .errors import StorageError, StorageFullError
 
-__all__ = ["Storage", "HostMemoryStorage", "FileStorage", "open_storage"]
+__all__ = ["Storage", "HostMemoryStorage", "FileStorage", "from_config", "open_storage"]
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,8 @@ class FileStorage(Storage):
 
     def get_config(self) -> dict[str, Any]:
         """Describe the backend as a plain dict."""
-        return {"name": "FileStorage", "path": str(self.path), "direct": self.direct}
+        return {"name": "FileStorage", "path": str(self.path), "direct": self.direct,
+                "direct_min_bytes": self.direct_min_bytes}
 
     def _set_size(self, nbytes: int) -> None:
         if self._nbytes != nbytes:
@@ -459,6 +460,23 @@ class FileStorage(Storage):
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
             self.close()
+
+
+def from_config(config: dict[str, Any]) -> Storage:
+    """Rebuild a backend from its ``get_config()`` dict.
+
+    Raises
+    ------
+    ValueError
+        If ``config["name"]`` is not a backend's name.
+    """
+    backends: dict[str, type[Storage]] = {"HostMemoryStorage": HostMemoryStorage,
+                                          "FileStorage": FileStorage}
+    name = config.get("name")
+    if name not in backends:
+        raise ValueError(f"config name {name!r} is not a storage backend; expected one of "
+                         f"{', '.join(sorted(backends))}")
+    return backends[name](**{k: v for k, v in config.items() if k != "name"})
 
 
 def open_storage(storage: Storage | str | os.PathLike[str] | None) -> tuple[Storage, bool]:

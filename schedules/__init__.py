@@ -4,6 +4,8 @@ Imports no array library and nothing of :mod:`asyncckpt`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ._errors import ScheduleError
 from .actions import (
     Action,
@@ -21,6 +23,26 @@ from .multistage import AsyncMultistage, Chen, two_level_forward_steps
 from .revolve import Revolve, optimal_forward_steps
 from .validate import SimulationResult, simulate
 
+_BY_NAME = {"Revolve": Revolve, "AsyncMultistage": AsyncMultistage, "Chen": Chen}
+
+
+def from_config(config: Mapping[str, object]) -> Revolve | AsyncMultistage | Chen:
+    """Rebuild a schedule from its ``get_config()`` dict (as saved with an experiment's JSON).
+
+    Raises
+    ------
+    ValueError
+        If ``config["name"]`` is not a schedule's name.
+    TypeError
+        If an argument is missing or unexpected.
+    """
+    name = config.get("name")
+    if name not in _BY_NAME:
+        raise ValueError(f"config name {name!r} is not a schedule; expected one of "
+                         f"{', '.join(sorted(_BY_NAME))}")
+    arguments = {k: v for k, v in config.items() if k != "name"}
+    return _BY_NAME[name](**arguments)  # type: ignore[arg-type]
+
 __all__ = [
     "Action",
     "Advance",
@@ -37,6 +59,7 @@ __all__ = [
     "Store",
     "Tier",
     "Revolve",
+    "from_config",
     "optimal_forward_steps",
     "simulate",
     "two_level_forward_steps",

@@ -230,3 +230,23 @@ def test_actions_are_immutable_keyword_values() -> None:
     assert repr(action) == "Advance(start=3, end=7)"
     with pytest.raises(AttributeError):
         action.start = 4  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("schedule", [Revolve(50, 4), AsyncMultistage(50, 7, 3), Chen(50, 9)])
+def test_schedules_round_trip_through_json(schedule) -> None:
+    import json
+
+    from schedules import from_config
+
+    rebuilt = from_config(json.loads(json.dumps(schedule.get_config())))
+    assert repr(rebuilt) == repr(schedule)
+    assert list(rebuilt) == list(schedule)
+    assert eval(repr(schedule)).get_config() == schedule.get_config()  # noqa: S307
+
+
+def test_from_config_names_the_accepted_schedules() -> None:
+    from schedules import from_config
+
+    with pytest.raises(ValueError, match="'Griewank' is not a schedule; expected one of "
+                                         "AsyncMultistage, Chen, Revolve"):
+        from_config({"name": "Griewank", "n_steps": 3})

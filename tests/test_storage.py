@@ -179,3 +179,19 @@ def test_unwritable_path_is_rejected(tmp_path: Path) -> None:
             FileStorage(tmp_path)
     finally:
         tmp_path.chmod(0o700)
+
+
+def test_backends_round_trip_through_their_config(disk_dir: Path) -> None:
+    from asyncckpt.storage import from_config
+
+    original = FileStorage(disk_dir, direct=False, direct_min_bytes=4096)
+    rebuilt = from_config(original.get_config())
+    try:
+        assert rebuilt.get_config() == original.get_config()
+        assert rebuilt.directory != original.directory
+    finally:
+        original.close()
+        rebuilt.close()
+    assert isinstance(from_config(HostMemoryStorage().get_config()), HostMemoryStorage)
+    with pytest.raises(ValueError, match="'S3Storage' is not a storage backend"):
+        from_config({"name": "S3Storage"})
