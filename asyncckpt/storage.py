@@ -19,9 +19,17 @@ import numpy as np
 import psutil
 
 from ._buffers import PAGE, aligned_buffer, padded, touched
+from ._pool import POOL
 from .errors import StorageError, StorageFullError
 
-__all__ = ["Storage", "HostMemoryStorage", "FileStorage", "from_config", "open_storage"]
+__all__ = [
+    "Storage",
+    "HostMemoryStorage",
+    "FileStorage",
+    "from_config",
+    "open_storage",
+    "release_memory",
+]
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +83,25 @@ class Storage(abc.ABC):
         self.close()
 
 
-class HostMemoryStorage(Storage):
-    """Level-2 in host DRAM: one preallocated, touched buffer per stored state, reused.
+def _fresh(nbytes: int) -> np.ndarray:
+    """A touched buffer for ``nbytes``: one a closed backend left in the pool, else new."""
+    kept = POOL.take(nbytes)
+    return kept if kept is not None else touched(nbytes)
 
-    ``nbytes_held`` tells how much DRAM it holds, for memory accounting.
+
+def release_memory() -> int:
+    """Return the DRAM that closed :class:`HostMemoryStorage` backends keep for reuse to the
+    operating system; return how many bytes that was."""
+    return POOL.release()
+
+
+class HostMemoryStorage(Storage):
+    """Level-2 in host DRAM: one touched buffer per stored state, reused.
+
+    ``nbytes_held`` tells how much DRAM it holds, for memory accounting. On ``close`` its buffers
+    go to a process-wide pool (a quarter of the physical memory at most) that the next
+    HostMemoryStorage draws from, so repeated checkpointers do not fault fresh memory in again;
+    :func:`release_memory` returns them to the operating system.
     """
 
     def __init__(self) -> None:
@@ -135,7 +158,7 @@ class HostMemoryStorage(Storage):
                 raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
             target = self._spare.pop() if self._spare else None
         if target is None:
-            target = touched(buf.nbytes)
+            target = _fresh(buf.nbytes)
         np.copyto(target[: buf.nbytes], buf)
         with self._lock:
             self._stored[key] = target
@@ -160,7 +183,7 @@ class HostMemoryStorage(Storage):
                 raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
             spare = self._spare.pop() if self._spare else None
             self._stored[key] = buffer
-        return spare if spare is not None else touched(nbytes)
+        return spare if spare is not None else _fresh(nbytes)
 
     def get(self, key: int, out: np.ndarray) -> None:
         with self._lock:
@@ -183,8 +206,10 @@ class HostMemoryStorage(Storage):
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            buffers = list(self._stored.values()) + self._spare
             self._stored.clear()
             self._spare.clear()
+        POOL.give(buffers)
 
 
 class FileStorage(Storage):

@@ -195,3 +195,34 @@ def test_backends_round_trip_through_their_config(disk_dir: Path) -> None:
     assert isinstance(from_config(HostMemoryStorage().get_config()), HostMemoryStorage)
     with pytest.raises(ValueError, match="'S3Storage' is not a storage backend"):
         from_config({"name": "S3Storage"})
+
+
+def test_closed_dram_is_reused_by_the_next_backend_and_released_on_request() -> None:
+    from asyncckpt.storage import release_memory
+
+    release_memory()
+    first = HostMemoryStorage()
+    buf = np.full(3 * PAGE, 7, dtype=np.uint8)
+    first.put(0, buf)
+    held = first._stored[0]
+    first.close()
+    second = HostMemoryStorage()
+    second.put(5, buf)
+    assert second._stored[5] is held  # no fresh memory faulted in
+    out = np.zeros_like(buf)
+    second.get(5, out)
+    assert (out == 7).all()
+    second.close()
+    assert release_memory() == 3 * PAGE
+    assert release_memory() == 0
+
+
+def test_memory_pool_keeps_at_most_its_limit() -> None:
+    from asyncckpt._pool import MemoryPool
+
+    pool = MemoryPool(limit_bytes=10 * PAGE)
+    pool.give([np.zeros(4 * PAGE, np.uint8) for _ in range(3)])
+    assert pool.nbytes == 8 * PAGE
+    assert pool.take(4 * PAGE - 100) is not None  # a page-padded buffer serves too
+    assert pool.take(PAGE) is None
+    assert pool.release() == 4 * PAGE

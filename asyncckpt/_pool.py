@@ -1,0 +1,69 @@
+"""Touched DRAM that closed Level-2 backends leave for the next one in the process.
+
+Faulting fresh memory in runs at 0.4 to 2.6 GB/s on these machines (the host reclaims freed pages
+within seconds), so a program that makes a new checkpointer per gradient evaluation would pay it
+on every evaluation. A closed :class:`~asyncckpt.storage.HostMemoryStorage` gives its buffers here
+instead, up to a limit, and the next one takes them back.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import psutil
+
+from ._buffers import padded
+
+__all__ = ["MemoryPool", "POOL"]
+
+
+class MemoryPool:
+    """Buffers kept by size, at most ``limit_bytes`` in all.
+
+    Parameters
+    ----------
+    limit_bytes : int
+        Bytes kept at most; what would exceed it is let go (returned to the OS).
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self._lock = threading.Lock()
+        self._by_size: dict[int, list[np.ndarray]] = {}
+        self._held = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now."""
+        with self._lock:
+            return self._held
+
+    def take(self, nbytes: int) -> np.ndarray | None:
+        """A kept buffer able to hold ``nbytes`` (of that size or of it padded to pages), or None."""
+        with self._lock:
+            for size in (nbytes, padded(nbytes)):
+                kept = self._by_size.get(size)
+                if kept:
+                    self._held -= size
+                    return kept.pop()
+        return None
+
+    def give(self, buffers: list[np.ndarray]) -> None:
+        """Keep ``buffers`` while they fit under the limit."""
+        with self._lock:
+            for buffer in buffers:
+                if self._held + buffer.nbytes > self.limit_bytes:
+                    break
+                self._by_size.setdefault(buffer.nbytes, []).append(buffer)
+                self._held += buffer.nbytes
+
+    def release(self) -> int:
+        """Let every kept buffer go; return the bytes released."""
+        with self._lock:
+            released, self._held = self._held, 0
+            self._by_size.clear()
+        return released
+
+
+#: The process's pool: a quarter of the physical memory at most.
+POOL = MemoryPool(psutil.virtual_memory().total // 4)
