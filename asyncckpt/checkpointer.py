@@ -288,15 +288,19 @@ class AsyncCheckpointer:
     def _calibrating_actions(self, tuner: IntervalTuner) -> Iterator[Action]:
         """The first run with ``interval="auto"``: time the first forward step, choose the
         interval, then follow its schedule. Every schedule for n >= 2 opens with
-        ``Store(0, L2)`` and an advance from u_0, so the work is the schedule's to the step."""
-        arrays = self._checked(self.checkpoint.get_data(0), "get_data", 0)
-        self._engine.store(0, arrays)
+        ``Store(0, L2)`` and an advance from u_0, so the work is the schedule's to the step.
+
+        u_0 waits in a Level-1 slot (none is in use yet) until the interval is chosen, so
+        Level-2 is reserved, and a device too small refused, before anything is written."""
+        held = self._slots[0]
+        copy_out(self._checked(self.checkpoint.get_data(0), "get_data", 0), held)
         start = time.perf_counter()
         self.fwd_operator.apply(t_start=0, t_end=1)
         tuner.tf = max(time.perf_counter() - start, 1e-9)
         self._stats.forward_compute_s += tuner.tf
         self._stats.forward_steps += 1
         self._choose(tuner)
+        self._engine.store(0, [held[: self.nbytes]])
         assert self.schedule is not None
         actions = iter(self.schedule)
         first, second = next(actions), next(actions)

@@ -215,6 +215,22 @@ def test_a_run_that_cannot_fit_on_the_device_fails_before_it_starts(disk_dir: Pa
     assert asyncckpt_threads() == []
 
 
+def test_with_auto_interval_too_small_a_device_is_refused_before_any_write(disk_dir: Path) -> None:
+    model = RecurrentCell(10)
+    storage = FaultyFile(disk_dir)
+    storage.free_bytes = lambda: 4096  # type: ignore[method-assign] # room for one state
+    ckp = AsyncCheckpointer(model, Forward(model), Reverse(model), 10**6, l1_slots=2,
+                            storage=storage)
+    probe_puts = storage.puts  # the construction measures a write and a read
+    try:
+        with pytest.raises(StorageFullError, match="the device has 0.00 GiB free"):
+            model.reset()
+            ckp.apply_forward()
+        assert storage.puts == probe_puts  # u_0 was never written
+    finally:
+        assert_clean(ckp, storage)
+
+
 RECOVERABLE = [
     dict(fail_put_at=1), dict(fail_put_at=5), dict(bad_keys={4}), dict(bad_keys={36}),
     dict(bad_keys={8, 12, 16}), dict(fail_get_at=1), dict(fail_get_at=3), dict(flip_get_at=2),
