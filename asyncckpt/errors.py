@@ -1,7 +1,7 @@
 """The exceptions asyncckpt raises beyond ValueError and TypeError."""
 from __future__ import annotations
 
-from schedules import ScheduleError
+from schedules import CheckpointError, ScheduleError
 
 __all__ = [
     "CheckpointError",
@@ -11,10 +11,6 @@ __all__ = [
     "CorruptionError",
     "TransferError",
 ]
-
-
-class CheckpointError(Exception):
-    """Base of the errors of the checkpointing runtime."""
 
 
 class StorageError(CheckpointError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ._errors import ScheduleError
+from ._errors import CheckpointError, ScheduleError
 from .actions import (
     Action,
     Advance,
@@ -48,6 +48,7 @@ __all__ = [
     "Advance",
     "AsyncMultistage",
     "Chen",
+    "CheckpointError",
     "EndForward",
     "EndReverse",
     "Free",

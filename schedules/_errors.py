@@ -1,8 +1,16 @@
-"""The error raised for an invalid schedule or schedule argument."""
+"""The base of asyncckpt's errors, and the one schedules raise.
+
+The base lives here, beside the schedules that cannot import the runtime, so that one
+``except CheckpointError`` catches every error of both packages.
+"""
 from __future__ import annotations
 
-__all__ = ["ScheduleError"]
+__all__ = ["CheckpointError", "ScheduleError"]
 
 
-class ScheduleError(ValueError):
+class CheckpointError(Exception):
+    """Base of the errors of asyncckpt and its schedules."""
+
+
+class ScheduleError(CheckpointError, ValueError):
     """A schedule breaks an invariant: the message names the action and the invariant."""

@@ -143,3 +143,12 @@ def test_reverse_before_forward_and_after_close() -> None:
     with pytest.raises(ValueError, match="closed"):
         ckp.apply_reverse()
     ckp.close()  # twice is fine
+
+
+def test_one_base_catches_every_library_error() -> None:
+    from asyncckpt import (CheckpointError, CorruptionError, ScheduleError, StorageError,
+                           StorageFullError, TransferError)
+
+    for error in (CorruptionError, ScheduleError, StorageError, StorageFullError, TransferError):
+        assert issubclass(error, CheckpointError)
+    assert issubclass(ScheduleError, ValueError)  # a bad schedule is a bad value
