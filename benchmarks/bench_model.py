@@ -34,6 +34,20 @@ WORKLOADS = {
 }
 
 
+def copy_time(w: Workload) -> float:
+    """Seconds to copy one state: into several buffers in turn, cache-cold, as a run copies
+    into many distinct ones."""
+    targets = [touched(w.state.nbytes).view(np.float64) for _ in range(8)]
+    return median_time(lambda: [np.copyto(t, w.state) for t in targets], 5) / len(targets)
+
+
+def store_all_time(w: Workload, n: int, repeats: int) -> float:
+    """Median seconds of store-all into preallocated RAM (freed on return)."""
+    buffers = [touched(w.state.nbytes).view(np.float64) for _ in range(n)]
+    return statistics.median(
+        [median_time(lambda: store_all(w, n, buffers), 1) for _ in range(repeats)])
+
+
 def measure(name: str, mib: float, passes: int, storage: str | None, n: int, slots: int,
             repeats: int, disk: str) -> dict[str, object]:
     w = Workload(int(mib * 2**20), passes=passes)
@@ -42,18 +56,13 @@ def measure(name: str, mib: float, passes: int, storage: str | None, n: int, slo
     med = statistics.median
     tf = median_time(w.step, 21)
     tb = median_time(lambda: (w.step(), w.reverse_step()), 21)
-    # copies go to many distinct buffers in a run, so time them into several, cache-cold
-    targets = [touched(w.state.nbytes).view(np.float64) for _ in range(8)]
-    tc = median_time(lambda: [np.copyto(t, w.state) for t in targets], 5) / len(targets)
-    del targets
+    tc = copy_time(w)
     costs = Costs(tf=tf, tb=tb, tc=tc)
     out: dict[str, object] = {"workload": name, "state_mib": mib, "n": n, "l1_slots": slots,
                               "level2": storage or "dram", "tf_ms": round(tf * 1e3, 3),
                               "tb_ms": round(tb * 1e3, 3), "tc_ms": round(tc * 1e3, 3)}
 
-    buffers = [touched(w.state.nbytes).view(np.float64) for _ in range(n)]
-    measured = med([median_time(lambda: store_all(w, n, buffers), 1) for _ in range(repeats)])
-    del buffers
+    measured = store_all_time(w, n, repeats)
     out["store_all_measured_over_predicted"] = measured / predict_store_all(n, costs).total_s
 
     revolve = pyrevolve_runner(w, slots, n)

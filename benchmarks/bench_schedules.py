@@ -45,7 +45,7 @@ def main() -> None:
         result = simulate(Revolve(n, s))
         assert result.forward_steps == optimal_forward_steps(n, s)
         repeats = args.repeats if n <= 10**5 else 1
-        ours = median_time(lambda: simulate(Revolve(n, s)), repeats)
+        ours = median_time(lambda n=n, s=s: simulate(Revolve(n, s)), repeats)
         key = f"revolve_n{n}_s{s}"
         out[f"{key}_s"] = round(ours, 3)
         theirs = checkpoint_schedules_time(n, s, repeats)

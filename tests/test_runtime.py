@@ -1,7 +1,6 @@
 """AsyncCheckpointer: bit-identical adjoints, the protocol, asynchrony, stats and errors."""
 from __future__ import annotations
 
-import tempfile
 import threading
 from pathlib import Path
 
