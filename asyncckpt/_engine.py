@@ -138,7 +138,6 @@ class TransferEngine:
         self.reads = 0
         self.held = 0  # states on Level-2 (stored, not yet freed)
         self.peak_held = 0
-        self.peak_in_flight = 0
         self.failures = 0  # transfers that failed and were survived (recompute policy)
         # seconds the I/O path spent writing and reading: the real tw and tr of this run
         self._busy_lock = threading.Lock()
@@ -146,7 +145,7 @@ class TransferEngine:
 
     def reset_counters(self) -> None:
         """Zero the per-run counters (a new run begins)."""
-        self.writes = self.reads = self.peak_held = self.peak_in_flight = self.failures = 0
+        self.writes = self.reads = self.peak_held = self.failures = 0
         self.write_stall_s = self.read_stall_s = 0.0
         with self._busy_lock:
             self.write_busy_s = self.read_busy_s = 0.0
@@ -271,7 +270,6 @@ class TransferEngine:
         self.writes += 1
         self.held += 1
         self.peak_held = max(self.peak_held, self.held)
-        self.peak_in_flight = max(self.peak_in_flight, len(self._writes))
 
     def prefetch(self, key: int) -> None:
         """Start reading u_key into a free prefetch buffer."""
@@ -427,9 +425,3 @@ class TransferEngine:
     def close(self) -> None:
         """Stop the worker threads (after the transfers in flight); safe to call twice."""
         self._executor.shutdown(wait=True, cancel_futures=True)
-
-    @property
-    def level1_buffers(self) -> int:
-        """Staging plus prefetch buffers this engine owns."""
-        return (len(self._free_staging) + len(self._writes) + len(self._free_prefetch)
-                + len(self._reads))

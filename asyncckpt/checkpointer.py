@@ -150,7 +150,8 @@ class AsyncCheckpointer:
         self.fwd_operator = fwd_operator
         self.rev_operator = rev_operator
         self.blas_threads = blas_threads
-        check_arrays(checkpoint.get_data(0), self.nbytes, self.dtype, "checkpoint.get_data(0)")
+        first = check_arrays(checkpoint.get_data(0), self.nbytes, self.dtype,
+                             "checkpoint.get_data(0)")
 
         self.storage, self._owns_storage = open_storage(storage)
         self.interval = 0
@@ -181,7 +182,7 @@ class AsyncCheckpointer:
                 tw, tr = self.transfer_costs  # type: ignore[misc]
                 self._tuner = IntervalTuner(
                     self.n_timesteps, self.l1_slots, staging_buffers, transfers == "inline",
-                    tw=tw, tr=tr, tc=self._measure_copy())
+                    tw=tw, tr=tr, tc=self._measure_copy(first))
                 if self.n_timesteps == 1:
                     self._plan(1)
         except BaseException:
@@ -210,10 +211,8 @@ class AsyncCheckpointer:
         if callable(reserve):
             reserve(self.nbytes, self.schedule.l2_states)
 
-    def _measure_copy(self, repeats: int = 3) -> float:
+    def _measure_copy(self, arrays: list[np.ndarray], repeats: int = 3) -> float:
         """Median seconds of the staging copy of one state (a store's cost to the caller)."""
-        arrays = check_arrays(self.checkpoint.get_data(0), self.nbytes, self.dtype,
-                              "checkpoint.get_data(0)")
         times = []
         for _ in range(repeats):
             start = time.perf_counter()

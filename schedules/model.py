@@ -67,10 +67,6 @@ class Prediction:
     write_stall_s: float = 0.0
     read_stall_s: float = 0.0
 
-    def overhead(self, costs: Costs, n_steps: int) -> float:
-        """total_s relative to store-all under the same protocol."""
-        return self.total_s / predict_store_all(n_steps, costs).total_s
-
 
 def predict_store_all(n_steps: int, costs: Costs) -> Prediction:
     """No memory limit: every state kept, each step run forward once plus once as a taping step;
