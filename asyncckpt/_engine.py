@@ -139,14 +139,17 @@ class TransferEngine:
         self.held = 0  # states on Level-2 (stored, not yet freed)
         self.peak_held = 0
         self.failures = 0  # transfers that failed and were survived (recompute policy)
+        # staging copies and loads on the caller's thread, as they cost inside the run
+        self.copies = 0
+        self.copy_s = 0.0
         # seconds the I/O path spent writing and reading: the real tw and tr of this run
         self._busy_lock = threading.Lock()
         self.write_busy_s = self.read_busy_s = 0.0
 
     def reset_counters(self) -> None:
         """Zero the per-run counters (a new run begins)."""
-        self.writes = self.reads = self.peak_held = self.failures = 0
-        self.write_stall_s = self.read_stall_s = 0.0
+        self.writes = self.reads = self.peak_held = self.failures = self.copies = 0
+        self.write_stall_s = self.read_stall_s = self.copy_s = 0.0
         with self._busy_lock:
             self.write_busy_s = self.read_busy_s = 0.0
 
@@ -263,7 +266,10 @@ class TransferEngine:
             self.write_stall_s += time.perf_counter() - start
             self._reap_write()
         buffer = self._free_staging.pop()
+        start = time.perf_counter()
         copy_out(arrays, buffer)
+        self.copy_s += time.perf_counter() - start
+        self.copies += 1
         future = self._executor.submit(self._write, key, buffer)
         self._writes.append((key, future, buffer))
         self._writing[key] = future
@@ -316,7 +322,10 @@ class TransferEngine:
         self.check()
         if not self._arrived(key):
             return False
+        start = time.perf_counter()
         copy_in(self._reads[key][1], arrays)
+        self.copy_s += time.perf_counter() - start
+        self.copies += 1
         return True
 
     def fetch(self, key: int, arrays: Sequence[np.ndarray], via: int) -> bool:

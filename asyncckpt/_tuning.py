@@ -1,33 +1,85 @@
-"""``interval="auto"``: the interval the performance model predicts fastest, from costs measured
-on the real run."""
+"""``interval="auto"``: the schedule the performance model predicts fastest, from costs measured
+on the real run.
+
+A forward call of k steps costs ``tcall + k tf`` (Devito's operators, for one, pay a fixed cost
+per call): both are fitted by least squares over every forward call of a run. Copies and Level-2
+transfers are priced as they cost inside the run (cache-cold, beside the compute), not as a quiet
+probe measures them. What a run measured is remembered for the process, so the next checkpointer
+of the same operators and state size (a fresh ``Revolver`` per gradient, as Devito builds it)
+starts from it.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schedules.model import Costs, IntervalChoice, choose_interval
 
-__all__ = ["IntervalTuner"]
+__all__ = ["CallFit", "IntervalTuner", "remembered", "remember", "forget_costs"]
+
+
+@dataclass
+class CallFit:
+    """Least-squares fit of ``seconds = tcall + steps * tf`` over forward calls."""
+
+    calls: int = 0
+    steps: float = 0.0
+    steps2: float = 0.0
+    seconds: float = 0.0
+    cross: float = 0.0
+    lengths: set[int] = field(default_factory=set)
+
+    def add(self, steps: int, seconds: float) -> None:
+        """Record one call of ``steps`` steps that took ``seconds``."""
+        self.calls += 1
+        self.steps += steps
+        self.steps2 += steps * steps
+        self.seconds += seconds
+        self.cross += steps * seconds
+        if len(self.lengths) < 2:
+            self.lengths.add(steps)
+
+    def fit(self) -> tuple[float, float] | None:
+        """(tcall, tf), or None when every call had the same length (no way to tell them apart).
+
+        tcall is clamped at 0 and tf kept positive: noise must not make a call cost negative."""
+        if len(self.lengths) < 2:
+            return None
+        n, sx, sxx, sy, sxy = self.calls, self.steps, self.steps2, self.seconds, self.cross
+        denominator = n * sxx - sx * sx
+        if denominator <= 0:
+            return None
+        tf = (n * sxy - sx * sy) / denominator
+        tcall = (sy - tf * sx) / n
+        if tf <= 0:
+            return 0.0, max(sy / sx, 1e-9)
+        if tcall < 0:
+            return 0.0, max(sy / sx, 1e-9)
+        return tcall, tf
 
 
 @dataclass
 class IntervalTuner:
-    """Measured costs of a checkpointer's run and the interval they call for.
+    """Measured costs of a checkpointer's runs and the schedule they call for.
 
-    ``tw``, ``tr`` and ``tc`` are measured at construction through the runtime's own I/O path;
-    ``tf`` comes from the first forward step of the first run; every completed run then updates
-    ``tf``, ``tb``, ``tw`` and ``tr`` from what it measured.
+    ``tw`` and ``tr`` start from a probe through the runtime's own I/O path at construction, ``tf``
+    and ``tcall`` from a probe of the first run's opening calls; every completed run replaces them
+    with what it measured.
     """
 
     n_steps: int
     l1_slots: int
     staging_buffers: int
     inline: bool
+    taping: bool
     tw: float
     tr: float
     tc: float
     tf: float | None = None
     tb: float | None = None
+    tcall: float = 0.0
+    runs: int = 0
 
     def costs(self) -> Costs:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
@@ -36,34 +88,83 @@ class IntervalTuner:
         assert self.tf is not None
         tb = self.tb if self.tb is not None else 2 * self.tf
         if self.inline:
-            return Costs(tf=self.tf, tb=tb, tw=0.0, tr=0.0, tc=self.tc + (self.tw + self.tr) / 2)
-        return Costs(tf=self.tf, tb=tb, tw=self.tw, tr=self.tr, tc=self.tc)
+            return Costs(tf=self.tf, tb=tb, tw=0.0, tr=0.0, tc=self.tc + (self.tw + self.tr) / 2,
+                         tcall=self.tcall)
+        return Costs(tf=self.tf, tb=tb, tw=self.tw, tr=self.tr, tc=self.tc, tcall=self.tcall)
 
     def choose(self) -> IntervalChoice:
         """The interval with the least predicted time, with the baselines' predictions."""
         return choose_interval(self.n_steps, self.l1_slots, self.costs(),
-                               staging_buffers=self.staging_buffers)
+                               staging_buffers=self.staging_buffers, taping=self.taping)
 
-    def learn(self, stats: Any) -> None:
-        """Take tf and tb (time inside the user's operators) and tw and tr (time on the Level-2
-        path, fresh pages and contention included) from a completed run's :class:`Stats`."""
-        if stats.forward_steps:
-            self.tf = max(stats.forward_compute_s / stats.forward_steps, 1e-9)
+    def probed(self, short: float, long: float, steps: int) -> None:
+        """Take tcall and tf from a call of one step (``short`` seconds) and one of ``steps``."""
+        tf = (long - short) / (steps - 1)
+        if tf <= 0:
+            self.tf, self.tcall = max(long / steps, 1e-9), 0.0
+        else:
+            self.tf, self.tcall = tf, max(short - tf, 0.0)
+
+    def learn(self, stats: Any, fit: CallFit) -> None:
+        """Take tf and tcall (fitted over the run's forward calls), tb (time inside the reverse
+        operator), tc (the run's own copies) and tw and tr (time on the Level-2 path, fresh pages
+        and contention included) from a completed run's :class:`Stats`."""
+        fitted = fit.fit()
+        if fitted is not None:
+            self.tcall, self.tf = fitted
+        elif fit.calls and fit.steps:
+            # one call length only: keep the split between tcall and tf, rescale both
+            per_call = fit.seconds / fit.calls
+            length = fit.steps / fit.calls
+            old = self.tcall + length * (self.tf or 0.0)
+            scale = per_call / old if old > 0 else 1.0
+            self.tcall *= scale
+            self.tf = max((self.tf or per_call / length) * scale, 1e-9)
         if stats.reverse_steps and self.tf is not None:
             self.tb = self.tf + stats.reverse_compute_s / stats.reverse_steps
+        if stats.copies:
+            self.tc = stats.copy_s / stats.copies
         if stats.l2_writes:
             self.tw = stats.write_busy_s / stats.l2_writes
         if stats.l2_reads:
             self.tr = stats.read_busy_s / stats.l2_reads
+        self.runs += 1
 
     def record(self, choice: IntervalChoice) -> dict[str, Any]:
         """What goes into ``Stats.calibration``."""
         costs = self.costs()
         return {
-            "tf_s": costs.tf, "tb_s": costs.tb, "tw_s": self.tw, "tr_s": self.tr, "tc_s": self.tc,
-            "tb_measured": self.tb is not None, "transfers": "inline" if self.inline else "background",
-            "interval": choice.interval,
+            "tf_s": costs.tf, "tb_s": costs.tb, "tcall_s": costs.tcall, "tw_s": self.tw,
+            "tr_s": self.tr, "tc_s": self.tc, "tb_measured": self.tb is not None,
+            "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",
+            "taping": self.taping, "interval": choice.interval,
             "predicted_total_s": choice.prediction.total_s,
             "predicted_revolve_s": choice.revolve.total_s,
             "predicted_store_all_s": choice.store_all.total_s,
         }
+
+
+_LOCK = threading.Lock()
+_MEMORY: dict[tuple[object, ...], IntervalTuner] = {}
+
+
+def remembered(key: tuple[object, ...], tuner: IntervalTuner) -> IntervalTuner:
+    """``tuner`` with the costs the last run under ``key`` measured in this process, if any."""
+    with _LOCK:
+        known = _MEMORY.get(key)
+    if known is None:
+        return tuner
+    return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,
+                   tcall=known.tcall, runs=known.runs)
+
+
+def remember(key: tuple[object, ...], tuner: IntervalTuner) -> None:
+    """Keep ``tuner``'s measured costs for the next checkpointer under ``key``."""
+    with _LOCK:
+        _MEMORY[key] = replace(tuner)
+
+
+def forget_costs() -> None:
+    """Forget every cost measured in this process: the next "auto" checkpointer probes anew."""
+    with _LOCK:
+        _MEMORY.clear()

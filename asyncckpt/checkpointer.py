@@ -20,15 +20,18 @@ from schedules import (
     Load,
     Prefetch,
     Reverse,
+    Revolve,
     Store,
     Tier,
 )
+from schedules._args import check_bool
 from schedules.actions import Action
 
 from ._buffers import aligned_buffer, copy_in, copy_out, padded
 from ._calibrate import THREAD_HANDOFF_S, measure_transfer
 from ._engine import TransferEngine
-from ._tuning import IntervalTuner
+from ._pool import POOL
+from ._tuning import CallFit, IntervalTuner, remember, remembered
 from .checkpoint import check_arrays, check_descriptor
 from .errors import TransferError
 from .stats import Stats
@@ -68,12 +71,17 @@ class AsyncCheckpointer:
     n_timesteps : int
         n >= 1.
     l1_slots : int
-        Level-1 slots for Revolve inside an interval (>= 1).
+        Level-1 slots for Revolve inside an interval (>= 1). With ``n - 1`` or more (``n``
+        taping-free) every state fits in Level-1: the run is store-all there, with no Level-2
+        traffic (``stats.interval`` is then 0). Slots are allocated when first used.
     interval : int or "auto"
-        I in [1, n]: every I-th state goes to Level-2. "auto" (default): the interval the
-        performance model predicts fastest, from Level-2 transfer times measured at construction
-        and the forward step time measured on the first step of the first run (then on every
-        completed run, with the reverse step time); ``stats.calibration`` records both.
+        I in [1, n]: every I-th state goes to Level-2. "auto" (default): the schedule the
+        performance model predicts fastest: the interval, or Revolve in Level-1 alone where that
+        is faster. Its costs come from Level-2 transfers probed at construction and a probe of
+        the first run's opening forward calls (one step twice, then a few steps in one call, from
+        u_0, which is then restored); every completed run replaces them with what it measured,
+        and the next checkpointer of the same operators and state size in this process starts
+        from those. ``stats.calibration`` records them and the prediction.
     storage : None, str, os.PathLike or Storage
         Level-2: None for host DRAM, a path for a :class:`~asyncckpt.storage.FileStorage` in a
         private directory under it (a ramdisk or an SSD), or any Storage instance (not closed by
@@ -101,11 +109,19 @@ class AsyncCheckpointer:
     blas_threads : int or None
         Cap BLAS threads while the sweeps run, so the I/O thread keeps a core (default 1; None
         leaves BLAS alone).
+    taping : bool
+        True (default): pyrevolve's protocol, ``rev.apply(t_start=t, t_end=t+1)`` directly after a
+        forward call ending at t + 1 (its taping step). False: ``rev.apply`` runs while the live
+        state holds u_t (restored through ``get_data_location(t)`` or reached by advancing), with
+        no taping step: for adjoints that read only what the checkpoint holds (Devito's, see
+        docs/migration.md); it saves one forward step and call per reverse step.
 
     Notes
     -----
-    Level-1 memory is ``(l1_slots + staging_buffers + 2) * nbytes`` (each rounded up to pages),
-    allocated and touched at construction; it never grows with n.
+    Level-1 memory is at most ``(l1_slots + staging_buffers + 2) * nbytes`` (each rounded up to
+    pages); it never grows with n. Staging and prefetch buffers are allocated and touched at
+    construction, slots when first used; closed, they are kept for the next checkpointer of the
+    process (see :func:`asyncckpt.storage.release_memory`).
     """
 
     def __init__(
@@ -124,6 +140,7 @@ class AsyncCheckpointer:
         verify: bool = True,
         on_level2_error: str = "raise",
         blas_threads: int | None = 1,
+        taping: bool = True,
     ) -> None:
         self._closed = True  # until construction succeeds
         self.nbytes = check_descriptor(checkpoint)
@@ -145,6 +162,7 @@ class AsyncCheckpointer:
                              f"{on_level2_error!r}")
         if blas_threads is not None:
             blas_threads = _check_int("blas_threads", blas_threads, 1)
+        self.taping = check_bool("taping", taping)
         self.checkpoint = checkpoint
         self.dtype = np.dtype(checkpoint.dtype)
         self.fwd_operator = fwd_operator
@@ -155,69 +173,107 @@ class AsyncCheckpointer:
 
         self.storage, self._owns_storage = open_storage(storage)
         self.interval = 0
-        self.schedule: AsyncMultistage | None = None
+        self.schedule: AsyncMultistage | Revolve | None = None
         self._tuner: IntervalTuner | None = None
+        self._tuner_key: tuple[object, ...] = ()
+        self._free_slots: list[np.ndarray] = []
+        self._slots_made = 0
+        # every state the reverse sweep reads fits in Level-1: no Level-2 at all
+        self.in_level1 = self.l1_slots >= self.n_timesteps - (1 if self.taping else 0)
         try:
-            self._slots = [aligned_buffer(self.nbytes) for _ in range(self.l1_slots)]
-            if isinstance(interval, int):
+            if self.in_level1:
+                self._plan_level1()
+            elif isinstance(interval, int):
                 self._plan(interval)
             self.transfer_costs: tuple[float, float] | None = None
-            if self._owns_storage or interval == "auto":
+            if not self.in_level1 and (self._owns_storage or interval == "auto"):
                 self.transfer_costs = measure_transfer(self.storage, self.nbytes)
             if transfers == "auto":
                 cheap = (self.transfer_costs is not None
                          and sum(self.transfer_costs) < 2 * THREAD_HANDOFF_S)
-                transfers = "inline" if cheap else "background"
+                transfers = "inline" if cheap or self.in_level1 else "background"
             self.transfers = transfers
             self._engine = TransferEngine(
                 self.storage,
                 self.nbytes,
-                staging_buffers=staging_buffers,
-                prefetch_buffers=AsyncMultistage.prefetch_slots,
+                staging_buffers=0 if self.in_level1 else staging_buffers,
+                prefetch_buffers=0 if self.in_level1 else AsyncMultistage.prefetch_slots,
                 io_threads=io_threads if transfers == "background" else 0,
                 verify=verify,
                 on_error=on_level2_error,
             )
-            if interval == "auto":
+            if interval == "auto" and not self.in_level1:
                 tw, tr = self.transfer_costs  # type: ignore[misc]
-                self._tuner = IntervalTuner(
+                self._tuner_key = self._cost_key(fwd_operator, rev_operator, transfers)
+                self._tuner = remembered(self._tuner_key, IntervalTuner(
                     self.n_timesteps, self.l1_slots, staging_buffers, transfers == "inline",
-                    tw=tw, tr=tr, tc=self._measure_copy(first))
+                    self.taping, tw=tw, tr=tr, tc=self._measure_copy(first)))
                 if self.n_timesteps == 1:
                     self._plan(1)
         except BaseException:
+            self._release_slots()
             if self._owns_storage:
                 self.storage.close()
             raise
-        self.l1_bytes = (self.l1_slots + staging_buffers + AsyncMultistage.prefetch_slots) * padded(
-            self.nbytes)
+        buffers = 0 if self.in_level1 else staging_buffers + AsyncMultistage.prefetch_slots
+        self.l1_bytes = (min(self.l1_slots, self.n_timesteps) + buffers) * padded(self.nbytes)
         self._closed = False
         self._actions: Iterator[Action] | None = None
         self._phase = "idle"  # idle -> forward-done -> idle
         self._in_l1: dict[int, np.ndarray] = {}
         self._known_arrays: list[np.ndarray] = []
         self._stats = Stats()
+        self._fit = CallFit()
+        self._copies, self._copy_s = 0, 0.0
         log.info("AsyncCheckpointer: n=%d I=%s l1_slots=%d, state %d bytes, Level-1 %.1f MiB, "
-                 "Level-2 %r, transfers %s", self.n_timesteps, interval, self.l1_slots,
-                 self.nbytes, self.l1_bytes / 2**20, self.storage, self.transfers)
+                 "Level-2 %r, transfers %s, taping %s", self.n_timesteps,
+                 "Level-1 only" if self.in_level1 else interval, self.l1_slots, self.nbytes,
+                 self.l1_bytes / 2**20, self.storage, self.transfers, self.taping)
+
+    def _cost_key(self, fwd: object, rev: object, transfers: str) -> tuple[object, ...]:
+        """What the measured unit costs depend on: the operators' kinds, the state size, the
+        Level-2 device and the protocol."""
+        storage = self.storage
+        return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
+                type(rev).__qualname__, self.nbytes, type(storage).__qualname__,
+                str(getattr(storage, "path", "")), transfers, self.taping)
+
+    def _plan_level1(self) -> None:
+        """Store every state the reverse sweep reads in Level-1: Revolve with enough slots."""
+        self.interval = 0
+        self.schedule = Revolve(self.n_timesteps, min(self.l1_slots, self.n_timesteps),
+                                taping=self.taping)
 
     def _plan(self, interval: int) -> None:
         """Use ``interval`` from now on: build its schedule and make room on Level-2."""
-        if self.schedule is not None and interval == self.interval:
+        if isinstance(self.schedule, AsyncMultistage) and interval == self.interval:
             return
         self.interval = interval
-        self.schedule = AsyncMultistage(self.n_timesteps, interval, self.l1_slots)
-        reserve = getattr(self.storage, "reserve", None)
-        if callable(reserve):
-            reserve(self.nbytes, self.schedule.l2_states)
+        self.schedule = AsyncMultistage(self.n_timesteps, interval, self.l1_slots,
+                                        taping=self.taping)
+        self.storage.reserve(self.nbytes, self.schedule.l2_states)
+
+    def _take_slot(self) -> np.ndarray:
+        """A free Level-1 slot: a released one, one a closed checkpointer left, or a new one."""
+        if self._free_slots:
+            return self._free_slots.pop()
+        self._slots_made += 1
+        kept = POOL.take(padded(self.nbytes))
+        return kept if kept is not None else aligned_buffer(self.nbytes)
+
+    def _release_slots(self) -> None:
+        POOL.give(self._free_slots)
+        self._free_slots = []
 
     def _measure_copy(self, arrays: list[np.ndarray], repeats: int = 3) -> float:
         """Median seconds of the staging copy of one state (a store's cost to the caller)."""
         times = []
+        slot = self._take_slot()
         for _ in range(repeats):
             start = time.perf_counter()
-            copy_out(arrays, self._slots[0])
+            copy_out(arrays, slot)
             times.append(time.perf_counter() - start)
+        self._free_slots.append(slot)
         return sorted(times)[len(times) // 2]
 
     # -- public API ----------------------------------------------------------------------------
@@ -235,17 +291,19 @@ class AsyncCheckpointer:
         self._check_open()
         if self._phase != "idle":
             self._abandon_run()
-        self._stats = Stats(n_timesteps=self.n_timesteps, interval=self.interval,
-                            l1_slots=self.l1_slots, l1_bytes=self.l1_bytes)
+        self._stats = Stats(n_timesteps=self.n_timesteps, l1_slots=self.l1_slots,
+                            l1_bytes=self.l1_bytes, taping=self.taping)
+        self._fit = CallFit()
+        self._copies, self._copy_s = 0, 0.0
         self._engine.reset_counters()
         tuner = self._tuner
-        if tuner is not None and tuner.tf is None and self.n_timesteps > 1:
-            self._actions = self._calibrating_actions(tuner)
-        else:
-            if tuner is not None and self.n_timesteps > 1:
-                self._choose(tuner)
-            assert self.schedule is not None
-            self._actions = iter(self.schedule)
+        if tuner is not None and self.n_timesteps > 1:
+            if tuner.tf is None:
+                self._probe(tuner)
+            self._choose(tuner)
+        assert self.schedule is not None
+        self._stats.interval = self.interval
+        self._actions = iter(self.schedule)
         self._phase = "forward"
         start = time.perf_counter()
         try:
@@ -256,7 +314,8 @@ class AsyncCheckpointer:
         self._phase = "forward-done"
 
     def apply_reverse(self) -> None:
-        """Run the reverse sweep: the adjoint of steps n-1 down to 0, each after its taping step."""
+        """Run the reverse sweep: the adjoint of steps n-1 down to 0 (each after its taping step,
+        or, taping-free, with the live state u_t)."""
         self._check_open()
         if self._phase != "forward-done":
             raise ValueError("apply_reverse() needs a completed apply_forward() first "
@@ -276,38 +335,49 @@ class AsyncCheckpointer:
             predicted = stats.calibration.get("predicted_total_s")
             if predicted:
                 stats.calibration["measured_over_predicted"] = stats.total_s / predicted
-            self._tuner.learn(stats)
+            self._tuner.learn(stats, self._fit)
+            remember(self._tuner_key, self._tuner)
 
     def _choose(self, tuner: IntervalTuner) -> None:
         choice = tuner.choose()
-        self._plan(choice.interval)
-        self._stats.interval = choice.interval
         self._stats.calibration = tuner.record(choice)
+        if choice.revolve.total_s < choice.prediction.total_s:
+            # Revolve in the Level-1 slots alone beats every interval: no Level-2 at all
+            self.interval = 0
+            self.schedule = Revolve(self.n_timesteps, self.l1_slots, taping=self.taping)
+            self._stats.calibration.update(interval=0,
+                                           predicted_total_s=choice.revolve.total_s)
+        else:
+            self._plan(choice.interval)
 
-    def _calibrating_actions(self, tuner: IntervalTuner) -> Iterator[Action]:
-        """The first run with ``interval="auto"``: time the first forward step, choose the
-        interval, then follow its schedule. Every schedule for n >= 2 opens with
-        ``Store(0, L2)`` and an advance from u_0, so the work is the schedule's to the step.
-
-        u_0 waits in a Level-1 slot (none is in use yet) until the interval is chosen, so
-        Level-2 is reserved, and a device too small refused, before anything is written."""
-        held = self._slots[0]
-        copy_out(self._checked(self.checkpoint.get_data(0), "get_data", 0), held)
-        start = time.perf_counter()
-        self.fwd_operator.apply(t_start=0, t_end=1)
-        tuner.tf = max(time.perf_counter() - start, 1e-9)
-        self._stats.forward_compute_s += tuner.tf
-        self._stats.forward_steps += 1
-        self._choose(tuner)
-        self._engine.store(0, [held[: self.nbytes]])
-        assert self.schedule is not None
-        actions = iter(self.schedule)
-        first, second = next(actions), next(actions)
-        if first != Store(0, Tier.L2) or type(second) is not Advance or second.start != 0:
-            raise AssertionError(f"{self.schedule!r} opens with {first!r}, {second!r}")
-        if second.end > 1:
-            yield Advance(1, second.end)
-        yield from actions
+    def _probe(self, tuner: IntervalTuner) -> None:
+        """The first run with ``interval="auto"`` and no costs yet: time the forward operator on
+        the opening steps, one step in a call twice (the first call may compile or warm caches),
+        then several in one call, to tell its per-call cost from its per-step cost. u_0 is kept in
+        a Level-1 slot and restored, so the schedule then runs from u_0 as it is."""
+        n, stats, fwd = self.n_timesteps, self._stats, self.fwd_operator
+        held = self._take_slot()
+        clock = time.perf_counter
+        try:
+            copy_out(self._checked(self.checkpoint.get_data(0), "get_data", 0), held)
+            lengths = [1, 1, min(8, n - 2)] if n >= 4 else [1]
+            times, t = [], 0
+            for length in lengths:
+                start = clock()
+                fwd.apply(t_start=t, t_end=t + length)
+                times.append(clock() - start)
+                t += length
+            stats.forward_compute_s += sum(times)
+            stats.forward_steps += t
+            stats.probe_steps = t
+            if len(lengths) == 3:
+                tuner.probed(times[1], times[2], lengths[2])
+            else:
+                tuner.tf, tuner.tcall = max(times[0], 1e-9), 0.0
+            copy_in(held, self._checked(self.checkpoint.get_data_location(0),
+                                        "get_data_location", 0))
+        finally:
+            self._free_slots.append(held)
 
     def close(self) -> None:
         """Stop the I/O threads and release Level-2 (delete its files); safe to call twice."""
@@ -321,7 +391,7 @@ class AsyncCheckpointer:
             self._engine.close()
             if self._owns_storage:
                 self.storage.close()
-            self._slots = []
+            self._release_slots()
             self._in_l1.clear()
 
     def __enter__(self) -> "AsyncCheckpointer":
@@ -350,7 +420,7 @@ class AsyncCheckpointer:
 
     def _abandon_run(self) -> None:
         self._engine.discard()
-        self._slots.extend(self._in_l1.values())
+        self._free_slots.extend(self._in_l1.values())
         self._in_l1.clear()
         self._actions = None
         self._phase = "idle"
@@ -364,6 +434,9 @@ class AsyncCheckpointer:
         stats.write_busy_s, stats.read_busy_s = engine.write_busy_s, engine.read_busy_s
         stats.l2_peak_states = engine.peak_held
         stats.l2_failures = engine.failures
+        stats.copies = self._copies + engine.copies
+        stats.copy_s = self._copy_s + engine.copy_s
+        stats.forward_calls = self._fit.calls
 
     def _run(self, until: type) -> None:
         assert self._actions is not None
@@ -409,16 +482,18 @@ class AsyncCheckpointer:
                             "checkpoint can be read to recompute it")
 
     def _interpret(self, until: type) -> None:
-        checkpoint, stats, engine = self.checkpoint, self._stats, self._engine
+        checkpoint, stats, engine, fit = self.checkpoint, self._stats, self._engine, self._fit
         fwd, rev = self.fwd_operator, self.rev_operator
-        in_l1, slots = self._in_l1, self._slots
+        in_l1 = self._in_l1
         clock = time.perf_counter
         for action in self._actions:  # type: ignore[union-attr]
             if isinstance(action, Advance):
                 start = clock()
                 fwd.apply(t_start=action.start, t_end=action.end)
-                stats.forward_compute_s += clock() - start
+                elapsed = clock() - start
+                stats.forward_compute_s += elapsed
                 stats.forward_steps += action.end - action.start
+                fit.add(action.end - action.start, elapsed)
             elif isinstance(action, Reverse):
                 start = clock()
                 rev.apply(t_start=action.step, t_end=action.step + 1)
@@ -428,21 +503,27 @@ class AsyncCheckpointer:
                 arrays = self._checked(checkpoint.get_data_location(action.step),
                                        "get_data_location", action.step)
                 if action.tier is Tier.L1:
+                    start = clock()
                     copy_in(in_l1[action.step], arrays)
+                    self._copy_s += clock() - start
+                    self._copies += 1
                 elif not engine.load(action.step, arrays):
                     self._recompute(action.step)
             elif isinstance(action, Store):
                 arrays = self._checked(checkpoint.get_data(action.step), "get_data", action.step)
                 if action.tier is Tier.L1:
-                    buffer = slots.pop()
+                    buffer = self._take_slot()
+                    start = clock()
                     copy_out(arrays, buffer)
+                    self._copy_s += clock() - start
+                    self._copies += 1
                     in_l1[action.step] = buffer
                     stats.l1_peak_slots = max(stats.l1_peak_slots, len(in_l1))
                 else:
                     engine.store(action.step, arrays)
             elif isinstance(action, Free):
                 if action.tier is Tier.L1:
-                    slots.append(in_l1.pop(action.step))
+                    self._free_slots.append(in_l1.pop(action.step))
                 else:
                     engine.free(action.step)
             elif isinstance(action, Prefetch):

@@ -16,11 +16,22 @@ class Stats:
     n_timesteps : int
         n.
     interval : int
-        I: every I-th state went to Level-2.
+        I: every I-th state went to Level-2; 0 when the run kept its states in Level-1 alone.
+    taping : bool
+        The protocol of the reverse calls: with a taping forward step each, or without.
     l1_slots : int
         Level-1 slots for Revolve inside an interval.
     forward_steps, reverse_steps : int
-        Steps advanced by the forward operator (taping steps included) and reversed.
+        Steps advanced by the forward operator (taping steps and probe steps included) and
+        reversed.
+    forward_calls : int
+        Calls of the forward operator by the schedule (the probe's not included).
+    probe_steps : int
+        Steps the probe of ``interval="auto"`` ran from u_0 before the schedule began (first run
+        only).
+    copies, copy_s : int, float
+        In-memory copies of a state on the caller's thread (stores and loads of Level-1 slots,
+        staging copies, loads of prefetched states) and the seconds they took.
     l2_writes, l2_reads : int
         Level-2 transfers.
     bytes_written, bytes_read : int
@@ -54,8 +65,13 @@ class Stats:
     n_timesteps: int = 0
     interval: int = 0
     l1_slots: int = 0
+    taping: bool = True
     forward_steps: int = 0
     reverse_steps: int = 0
+    forward_calls: int = 0
+    probe_steps: int = 0
+    copies: int = 0
+    copy_s: float = 0.0
     l2_writes: int = 0
     l2_reads: int = 0
     bytes_written: int = 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numbers
 
-__all__ = ["check_int"]
+__all__ = ["check_bool", "check_int"]
 
 
 def check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
@@ -23,4 +23,18 @@ def check_int(name: str, value: object, minimum: int, maximum: int | None = None
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool, else raise naming ``name`` and the value.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not True or False (0 and 1 are refused: a flag is not a count).
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r} of type "
+                        f"{type(value).__name__}")
     return value

@@ -1,11 +1,16 @@
 """The performance model of 002_c6c95f1406dc9ab0.txt, Section 3, and an event simulation.
 
-Times are in seconds. ``tf`` is one forward step; ``tb`` one reverse step *including* its taping
-forward step (REFERENCE.md); ``tw``/``tr`` move one state Level-1 -> Level-2 and back; ``tc`` copies
-one state within Level-1 (a store or load of a slot, or the staging copy of a Level-2 store).
+Times are in seconds. ``tf`` is one forward step inside a call; ``tcall`` what each call of the
+forward operator costs beyond its steps (an advance of k steps costs ``tcall + k tf``); ``tb`` one
+reverse step *including* its taping forward step (REFERENCE.md), so the reverse operator alone
+costs ``tb - tf``; ``tw``/``tr`` move one state Level-1 -> Level-2 and back; ``tc`` copies one state
+within Level-1 (a store or load of a slot, or the staging copy of a Level-2 store).
 
-With F the total forward steps of a schedule (taping steps included), the compute time is
-``(F - n) tf + n tb``: store-all gives ``(n - 1) tf + n tb``, about the paper's n (Tf + Tb).
+With F the total forward steps of a schedule (taping steps included) and A its advances (calls),
+the compute time is ``F tf + A tcall + n (tb - tf)``: store-all with taping gives
+``(2n - 1) tf + n (tb - tf)``, the paper's n (Tf + Tb) less the forward sweep's shared taping step.
+Every function takes ``taping``: False prices the taping-free protocol, whose schedules have no
+taping steps (see :func:`schedules.revolve.untaped_forward_steps`).
 """
 from __future__ import annotations
 
@@ -14,9 +19,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .actions import Advance, EndForward, Free, Load, Prefetch, Reverse, Store, Tier
 from ._args import check_int
-from .revolve import checkpoints_taken, optimal_forward_steps, optimal_recomputations
+from .actions import Advance, EndForward, Free, Load, Prefetch, Reverse, Store, Tier
+from .revolve import checkpoints_taken, optimal_recomputations
 
 __all__ = [
     "Costs",
@@ -40,9 +45,10 @@ class Costs:
     tr: float = 0.0
     tc: float = 0.0
     nbytes: int = 0
+    tcall: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("tf", "tb", "tw", "tr", "tc"):
+        for name in ("tf", "tb", "tw", "tr", "tc", "tcall"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise ValueError(f"Costs.{name} must be a finite number of seconds, got {value!r}")
@@ -53,6 +59,15 @@ class Costs:
         if self.tb < self.tf:
             raise ValueError(f"Costs.tb includes the taping forward step, so it must be >= tf "
                              f"({self.tf!r}); got {self.tb!r}")
+
+    def advance(self, steps: int) -> float:
+        """Seconds of one forward call of ``steps`` steps."""
+        return self.tcall + steps * self.tf
+
+    @property
+    def adjoint(self) -> float:
+        """Seconds of one reverse call alone (its taping step not included)."""
+        return self.tb - self.tf
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,33 +83,71 @@ class Prediction:
     read_stall_s: float = 0.0
 
 
-def predict_store_all(n_steps: int, costs: Costs) -> Prediction:
-    """No memory limit: every state kept, each step run forward once plus once as a taping step;
-    n states copied out and n - 1 copied back (``tc`` each)."""
-    n = check_int("n_steps", n_steps, 1)
-    forward = n * (costs.tf + costs.tc)
-    total = (n - 1) * costs.tf + n * costs.tb + (2 * n - 1) * costs.tc
-    return Prediction("store-all", total, forward, total - forward, 2 * n - 1)
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    """What reversing one range costs in forward steps, forward calls and in-memory copies."""
+
+    steps: int
+    calls: int
+    copies: int
+
+    def seconds(self, costs: Costs, reverses: int) -> float:
+        return (self.steps * costs.tf + self.calls * costs.tcall + reverses * costs.adjoint
+                + self.copies * costs.tc)
 
 
-def predict_revolve(n_steps: int, snaps: int, costs: Costs) -> Prediction:
-    """Revolve with ``snaps`` slots: T = (F - n) tf + n tb, F its optimal total, plus one copy
-    (``tc``) per checkpoint stored and per load (n - 1 of them)."""
+def _range_counts(length: int, snaps: int, taping: bool, *, reaches_end: bool) -> _Counts:
+    """Counts of :func:`schedules.revolve.reverse_range` over ``length`` steps from a stored start
+    (or of :func:`~schedules.revolve.forward_then_reverse` with ``reaches_end``: the live state
+    is the start on entry and the range's forward part runs to u_n first).
+
+    Every reverse step but the last is followed by a load; with taping each loop of the
+    generator advances once, and without, every loop but the reverse of a range's start does
+    (each store opens one more range).
+    """
+    if not taping and reaches_end:
+        length += 1  # the fictitious step n, whose reverse is dropped
+    stores = checkpoints_taken(length, snaps)
+    loads = length - 1 if reaches_end else length
+    if taping:
+        steps = length + optimal_recomputations(length, snaps)
+        calls = stores + length
+    else:
+        steps = optimal_recomputations(length, snaps)
+        calls = length - 1
+    return _Counts(steps, calls, stores + loads)
+
+
+def predict_store_all(n_steps: int, costs: Costs, *, taping: bool = True) -> Prediction:
+    """No memory limit: every state the reverse sweep reads is kept in memory (Revolve with n
+    slots): one forward call per step, with taping one taping call per reverse step but the
+    last, and one copy out and one back per state."""
     n = check_int("n_steps", n_steps, 1)
-    total_steps = optimal_forward_steps(n, snaps)
-    copies = 1 + checkpoints_taken(n, snaps) + (n - 1)
-    total = (total_steps - n) * costs.tf + n * costs.tb + copies * costs.tc
-    return Prediction("revolve", total, n * costs.tf, total - n * costs.tf, total_steps)
+    prediction = predict_revolve(n, n, costs, taping=taping)
+    return Prediction("store-all", prediction.total_s, prediction.forward_s,
+                      prediction.reverse_s, prediction.forward_steps)
+
+
+def predict_revolve(n_steps: int, snaps: int, costs: Costs, *, taping: bool = True) -> Prediction:
+    """Revolve with ``snaps`` slots: its optimal forward steps and calls, n reverse calls and one
+    copy per checkpoint stored and per load."""
+    n = check_int("n_steps", n_steps, 1)
+    snaps = check_int("snaps", snaps, 1)
+    counts = _range_counts(n, snaps, taping, reaches_end=True)
+    total = counts.seconds(costs, n) + costs.tc  # u_0's store is not in the range
+    forward = n * costs.tf + costs.tcall
+    return Prediction("revolve", total, forward, total - forward, counts.steps)
 
 
 def predict_async_multistage(n_steps: int, interval: int, l1_slots: int, costs: Costs, *,
-                             staging_buffers: int = 2) -> Prediction:
-    """The paper's closed form, with the in-memory copies and the stalls of one transfer channel.
+                             staging_buffers: int = 2, taping: bool = True) -> Prediction:
+    """The paper's closed form, with forward calls, in-memory copies and the stalls of one
+    transfer channel.
 
-    Forward: each interval takes ``max(I tf + tc, tw)`` once the staging buffers are full (the
-    first ``staging_buffers`` writes are absorbed). Reverse: each interval costs its recomputation
-    ``p(I, s + 1) tf``, its reverse steps ``I tb``, replaying it ``I tf`` and one copy per load
-    and checkpoint (``tc``), and hides the next prefetch ``tr`` or waits for the rest.
+    Forward: each interval takes ``max(tcall + I tf + tc, tw)`` once the staging buffers are full
+    (the first ``staging_buffers`` writes are absorbed). Reverse: each interval costs its
+    recomputation and replay, its reverse steps and one copy per load and checkpoint, and hides
+    the next prefetch ``tr`` or waits for the rest.
     """
     n = check_int("n_steps", n_steps, 1)
     interval = check_int("interval", interval, 1, n)
@@ -102,28 +155,23 @@ def predict_async_multistage(n_steps: int, interval: int, l1_slots: int, costs: 
     snaps = l1_slots + 1
     count = math.ceil(n / interval)
     last = n - (count - 1) * interval
-    level2_stores = count - 1 + (last > 1)
-    compute_fwd = interval * costs.tf + costs.tc
+    level2_stores = count - 1 + (last > 1 or not taping)
+    compute_fwd = costs.advance(interval) + costs.tc
     write_bound = max(0, level2_stores - staging_buffers)
     write_stall = max(0.0, costs.tw - compute_fwd) * write_bound
-    forward = n * costs.tf + level2_stores * costs.tc + write_stall
+    forward = (count - 1) * costs.advance(interval) + last * costs.tf + level2_stores * costs.tc \
+        + write_stall
 
-    def reverse_compute(length: int, loads: int) -> float:
-        copies = loads + checkpoints_taken(length, snaps)
-        return (optimal_recomputations(length, snaps) * costs.tf
-                + length * (costs.tb - costs.tf) + copies * costs.tc)
-
-    # an interval loads its start from Level-2, then reloads before each reverse step but the
-    # last; the last interval starts from the live state the forward sweep left
-    full = reverse_compute(interval, interval) + interval * costs.tf
-    last_cost = reverse_compute(last, last - 1)
+    full = _range_counts(interval, snaps, taping, reaches_end=False)
+    last_counts = _range_counts(last, snaps, taping, reaches_end=True)
+    full_s = full.seconds(costs, interval)
+    last_s = last_counts.seconds(costs, last) - last * costs.tf  # its forward part is above
     # the first prefetch waits behind the writes still queued at the end of the forward sweep
     queued = min(staging_buffers, count) * max(0.0, costs.tw - compute_fwd) if count > 1 else 0.0
-    read_stall = max(0.0, queued + costs.tr - last_cost) if count > 1 else 0.0
-    read_stall += max(0.0, costs.tr - full) * max(0, count - 2)
-    reverse = last_cost + (count - 1) * full + read_stall
-    steps = n + optimal_recomputations(last, snaps) + (count - 1) * (
-        interval + optimal_recomputations(interval, snaps))
+    read_stall = max(0.0, queued + costs.tr - last_s) if count > 1 else 0.0
+    read_stall += max(0.0, costs.tr - full_s) * max(0, count - 2)
+    reverse = last_s + (count - 1) * full_s + read_stall
+    steps = (count - 1) * (interval + full.steps) + last_counts.steps
     return Prediction("async-multistage", forward + reverse, forward, reverse, steps,
                       write_stall, read_stall)
 
@@ -155,9 +203,9 @@ def simulate_times(actions: Iterable[object], costs: Costs, *, staging_buffers: 
     for action in actions:
         if isinstance(action, Advance):
             steps += action.end - action.start
-            now += (action.end - action.start) * costs.tf
+            now += costs.advance(action.end - action.start)
         elif isinstance(action, Reverse):
-            now += costs.tb - costs.tf
+            now += costs.adjoint
         elif isinstance(action, Store):
             if action.tier is Tier.L2:
                 in_flight = [t for t in in_flight if t > now]
@@ -202,7 +250,7 @@ class IntervalChoice:
 
 
 def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffers: int = 2,
-                    max_candidates: int = 4096) -> IntervalChoice:
+                    max_candidates: int = 4096, taping: bool = True) -> IntervalChoice:
     """Return the interval I in [1, n] with the least predicted time (closed form with stalls).
 
     Every I up to ``max_candidates`` is priced, and a geometric grid above it; ties go to the
@@ -219,10 +267,10 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     best_interval, best = 0, None
     for interval in sorted(candidates):
         prediction = predict_async_multistage(n, interval, l1_slots, costs,
-                                              staging_buffers=staging_buffers)
+                                              staging_buffers=staging_buffers, taping=taping)
         if best is None or prediction.total_s < best.total_s * (1 - 1e-12):
             best_interval, best = interval, prediction
     assert best is not None
-    return IntervalChoice(best_interval, best, predict_revolve(n, l1_slots, costs),
-                          predict_store_all(n, costs))
+    return IntervalChoice(best_interval, best, predict_revolve(n, l1_slots, costs, taping=taping),
+                          predict_store_all(n, costs, taping=taping))
 

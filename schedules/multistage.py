@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from ._args import check_int
+from ._args import check_bool, check_int
 from .actions import Action, Advance, EndReverse, Free, Prefetch, Store, Tier
-from .revolve import mark_end_forward, optimal_recomputations, reverse_range
+from .revolve import forward_then_reverse, optimal_recomputations, reverse_range
 
 __all__ = ["AsyncMultistage", "Chen", "two_level_forward_steps"]
 
@@ -42,6 +42,10 @@ class AsyncMultistage:
     l1_slots : int
         Level-1 slots s (>= 1) for Revolve inside an interval; the interval's start, prefetched from
         Level-2, acts as one more.
+    taping : bool
+        True (default): pyrevolve's protocol, each ``Reverse(t)`` directly after an advance ending
+        at t + 1. False: each ``Reverse(t)`` while the live state is u_t (see
+        :func:`~schedules.revolve.reverse_range`).
 
     Notes
     -----
@@ -52,24 +56,28 @@ class AsyncMultistage:
     #: Prefetch buffers the schedule holds at once.
     prefetch_slots = 2
 
-    def __init__(self, n_steps: int, interval: int, l1_slots: int) -> None:
+    def __init__(self, n_steps: int, interval: int, l1_slots: int, *,
+                 taping: bool = True) -> None:
         self.n_steps = check_int("n_steps", n_steps, 1)
         self.interval = check_int("interval", interval, 1, self.n_steps)
         self.l1_slots = check_int("l1_slots", l1_slots, 1)
+        self.taping = check_bool("taping", taping)
 
     def __repr__(self) -> str:
+        taping = "" if self.taping else ", taping=False"
         return (
             f"AsyncMultistage(n_steps={self.n_steps}, interval={self.interval}, "
-            f"l1_slots={self.l1_slots})"
+            f"l1_slots={self.l1_slots}{taping})"
         )
 
-    def get_config(self) -> dict[str, int | str]:
+    def get_config(self) -> dict[str, int | str | bool]:
         """Return the constructor's arguments as a plain dict (JSON-ready)."""
         return {
             "name": "AsyncMultistage",
             "n_steps": self.n_steps,
             "interval": self.interval,
             "l1_slots": self.l1_slots,
+            "taping": self.taping,
         }
 
     @property
@@ -81,12 +89,12 @@ class AsyncMultistage:
         return range(0, self.n_steps, self.interval)
 
     def __iter__(self) -> Iterator[Action]:
-        n, snaps = self.n_steps, self.l1_slots + 1
+        n, snaps, taping = self.n_steps, self.l1_slots + 1, self.taping
         starts = self._starts()
         last = starts[-1]
-        # A last interval of one step never reloads its start: its only reverse step is taped by
-        # the forward sweep's last call.
-        keep_last = n - last > 1
+        # A last interval of one step never reloads its start under taping: its only reverse
+        # step is taped by the forward sweep's last call.
+        keep_last = n - last > 1 or not taping
         for start in starts[:-1]:
             yield Store(start, Tier.L2)
             yield Advance(start, start + self.interval)
@@ -95,16 +103,15 @@ class AsyncMultistage:
         ahead: tuple[Prefetch, ...] = (Prefetch(last),) if keep_last else ()
         if len(starts) > 1:
             ahead += (Prefetch(starts[-2]),)
-        stored = {last: Tier.L2}
-        yield from mark_end_forward(reverse_range(last, n, snaps, stored, live=last), n, ahead)
+        yield from forward_then_reverse(last, n, snaps, {last: Tier.L2}, taping, ahead)
         if keep_last:
             yield Free(last, Tier.L2)
         for k in range(len(starts) - 2, -1, -1):
             start = starts[k]
             if k > 0:
                 yield Prefetch(starts[k - 1])
-            stored = {start: Tier.L2}
-            yield from reverse_range(start, start + self.interval, snaps, stored, live=None)
+            yield from reverse_range(start, start + self.interval, snaps, {start: Tier.L2},
+                                     live=None, taping=taping)
             yield Free(start, Tier.L2)
         yield EndReverse()
 
@@ -122,20 +129,26 @@ class Chen:
         Number of forward steps n (>= 1).
     segment : int, optional
         Segment length, 1 <= segment <= n; ``ceil(sqrt(n))`` by default.
+    taping : bool
+        True (default): pyrevolve's protocol; False: each ``Reverse(t)`` while the live state is
+        u_t.
     """
 
-    def __init__(self, n_steps: int, segment: int | None = None) -> None:
+    def __init__(self, n_steps: int, segment: int | None = None, *, taping: bool = True) -> None:
         self.n_steps = check_int("n_steps", n_steps, 1)
         if segment is None:
             segment = math.isqrt(self.n_steps - 1) + 1
         self.segment = check_int("segment", segment, 1, self.n_steps)
+        self.taping = check_bool("taping", taping)
 
     def __repr__(self) -> str:
-        return f"Chen(n_steps={self.n_steps}, segment={self.segment})"
+        taping = "" if self.taping else ", taping=False"
+        return f"Chen(n_steps={self.n_steps}, segment={self.segment}{taping})"
 
-    def get_config(self) -> dict[str, int | str]:
+    def get_config(self) -> dict[str, int | str | bool]:
         """Return the constructor's arguments as a plain dict (JSON-ready)."""
-        return {"name": "Chen", "n_steps": self.n_steps, "segment": self.segment}
+        return {"name": "Chen", "n_steps": self.n_steps, "segment": self.segment,
+                "taping": self.taping}
 
     @property
     def l1_slots(self) -> int:
@@ -143,17 +156,17 @@ class Chen:
         return len(range(0, self.n_steps, self.segment)) + self.segment - 1
 
     def __iter__(self) -> Iterator[Action]:
-        n, seg = self.n_steps, self.segment
+        n, seg, taping = self.n_steps, self.segment, self.taping
         starts = range(0, n, seg)
         for start in starts[:-1]:
             yield Store(start, Tier.L1)
             yield Advance(start, start + seg)
         last = starts[-1]
         yield Store(last, Tier.L1)
-        stored = {last: Tier.L1}
-        yield from mark_end_forward(reverse_range(last, n, n - last, stored, live=last), n)
+        yield from forward_then_reverse(last, n, n - last, {last: Tier.L1}, taping)
         yield Free(last, Tier.L1)
         for start in reversed(starts[:-1]):
-            yield from reverse_range(start, start + seg, seg, {start: Tier.L1}, live=None)
+            yield from reverse_range(start, start + seg, seg, {start: Tier.L1}, live=None,
+                                     taping=taping)
             yield Free(start, Tier.L1)
         yield EndReverse()

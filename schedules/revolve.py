@@ -6,20 +6,21 @@ schedule costs O(number of actions).
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Mapping
 
-from ._args import check_int
+from ._args import check_bool, check_int
 from .actions import Action, Advance, EndForward, EndReverse, Free, Load, Reverse, Store, Tier
 
 __all__ = [
     "Revolve",
     "reverse_range",
+    "forward_then_reverse",
     "mark_end_forward",
     "checkpoints_taken",
     "repetition_number",
     "optimal_recomputations",
     "optimal_forward_steps",
+    "untaped_forward_steps",
 ]
 
 
@@ -54,6 +55,20 @@ def optimal_forward_steps(n_steps: int, snaps: int) -> int:
     return n_steps + optimal_recomputations(n_steps, snaps)
 
 
+def untaped_forward_steps(n_steps: int, snaps: int) -> int:
+    """Return the minimal total forward steps to run the forward sweep and reverse ``n_steps``
+    steps with ``snaps`` slots under the taping-free protocol (``Reverse(t)`` reads u_t): p(n + 1, s).
+
+    Reversing m steps from a stored start costs, with taping, m steps more than without (one
+    taping step each), under the same recurrence over the first split, so both protocols share
+    their optimal splits. The whole run must also reach u_n, which no reverse step reads: it is
+    the reversal of n + 1 steps whose last reverse step does nothing, so its total is Revolve's
+    for n + 1 steps less their n + 1 taping steps.
+    """
+    n_steps = check_int("n_steps", n_steps, 1)
+    return optimal_recomputations(n_steps + 1, snaps)
+
+
 def _split(steps: int, snaps: int) -> int:
     """Return how far to advance before the next checkpoint, for ``steps`` steps left and ``snaps``
     slots (the one holding the current start included).
@@ -75,29 +90,57 @@ def _split(steps: int, snaps: int) -> int:
     return max(1, min(beta_prev, steps - fewer_prev))
 
 
-@functools.lru_cache(maxsize=65536)
+#: Memo of :func:`checkpoints_taken`, cleared when it grows past ``_MEMO_LIMIT`` entries.
+_STORES: dict[tuple[int, int], int] = {}
+_MEMO_LIMIT = 1 << 20
+
+
 def checkpoints_taken(n_steps: int, snaps: int) -> int:
     """The Level-1 stores :func:`reverse_range` makes to reverse ``n_steps`` steps with ``snaps``
-    slots (the start's not counted): exact, by walking its splits without generating actions."""
-    stores = 0
-    while n_steps > 2 and snaps > 1:
-        advance = _split(n_steps, snaps)
-        if advance == n_steps - 1:
-            n_steps -= 1  # the taping step needs no checkpoint
+    slots (the start's not counted): exact, by walking its splits without generating actions.
+
+    The same for both protocols: dropping the taping steps changes no split. Evaluated with an
+    explicit stack, so its depth is bounded whatever ``n_steps`` and ``snaps`` are.
+    """
+    if len(_STORES) > _MEMO_LIMIT:
+        _STORES.clear()
+    pending = [(n_steps, snaps)]
+    while pending:
+        key = pending[-1]
+        if key in _STORES:
+            pending.pop()
             continue
-        stores += 1 + checkpoints_taken(n_steps - advance, snaps - 1)
-        n_steps = advance
-    return stores
+        steps, slots = key
+        if slots == 1 or steps <= 2:
+            _STORES[key] = 0
+        elif steps <= slots + 1:
+            _STORES[key] = steps - 2  # repetition number 1: every state but the last two stored
+        else:
+            advance = _split(steps, slots)
+            # advance < steps - 1 here: that needs a repetition number of 1, handled above
+            parts = [(advance, slots), (steps - advance, slots - 1)]
+            missing = [part for part in parts if part not in _STORES]
+            if missing:
+                pending.extend(missing)
+                continue
+            _STORES[key] = 1 + _STORES[parts[0]] + _STORES[parts[1]]
+        pending.pop()
+    return _STORES[(n_steps, snaps)]
 
 
 def reverse_range(
-    start: int, end: int, snaps: int, stored: Mapping[int, Tier], live: int | None
+    start: int, end: int, snaps: int, stored: Mapping[int, Tier], live: int | None,
+    taping: bool = True,
 ) -> Iterator[Action]:
     """Yield the optimal actions that reverse steps ``end - 1`` down to ``start``.
 
     ``u_start`` must already be stored, in ``stored[start]``, and counts as one of the ``snaps``
     slots; every other checkpoint goes to Level-1 and is freed before this returns. ``live`` is the
     step the live state holds on entry (None when unknown). Iterative, so any length works.
+
+    With ``taping=False`` each ``Reverse(t)`` follows the live state reaching u_t instead of an
+    advance ending at t + 1. The splits are the same: the taping-free cost of a range is its taping
+    cost less one step per reverse step, with the same recurrence (see :func:`untaped_forward_steps`).
     """
     pending: list[tuple[int, int, int] | int] = [(start, end, snaps)]
     while pending:
@@ -112,8 +155,10 @@ def reverse_range(
                 live = a
             advance = _split(b - a, c)
             if advance == b - a - 1:
-                # Going to b - 1 needs no checkpoint: the next step is the taping step.
-                yield Advance(a, b)
+                # Going to b - 1 needs no checkpoint: the next step is the reverse step's.
+                reached = b if taping else b - 1
+                if reached > a:
+                    yield Advance(a, reached)
                 yield Reverse(b - 1)
                 live = None
                 b -= 1
@@ -124,6 +169,25 @@ def reverse_range(
             pending.append((a, mid, c))
             pending.append(mid)
             a, c, live = mid, c - 1, mid
+
+
+def forward_then_reverse(
+    start: int, n_steps: int, snaps: int, stored: Mapping[int, Tier], taping: bool,
+    then: tuple[Action, ...] = (),
+) -> Iterator[Action]:
+    """Yield the end of the forward sweep from the live, stored ``u_start`` to ``u_n``, then the
+    reversal of steps ``n - 1`` down to ``start``, with ``EndForward()`` and ``then`` between.
+
+    With taping the forward sweep's last advance tapes ``Reverse(n - 1)``. Without it, the sweep
+    must still reach u_n, which no reverse step reads: it is reversed as a range one step longer
+    whose last reverse step, of the fictitious step n, is dropped, so the optimal taping-free
+    schedule is Revolve's for n + 1 steps, shifted by one step.
+    """
+    end = n_steps if taping else n_steps + 1
+    actions = reverse_range(start, end, snaps, stored, live=start, taping=taping)
+    if not taping:
+        actions = (a for a in actions if a != Reverse(n_steps))
+    return mark_end_forward(actions, n_steps, then)
 
 
 def mark_end_forward(
@@ -149,15 +213,21 @@ class Revolve:
         Number of forward steps n (>= 1).
     snaps : int
         Level-1 checkpoint slots s (>= 1), the one holding u_0 included.
+    taping : bool
+        True (default): pyrevolve's protocol, each ``Reverse(t)`` directly after an advance ending
+        at t + 1. False: each ``Reverse(t)`` while the live state is u_t, with no taping step.
 
     Notes
     -----
-    Its total forward steps equal :func:`optimal_forward_steps` for every (n, s).
+    Its total forward steps equal :func:`optimal_forward_steps` for every (n, s) with taping, and
+    :func:`untaped_forward_steps` without. With ``snaps >= n - 1`` (taping) or ``snaps >= n``
+    (without) it stores every state it needs once: store-all.
     """
 
-    def __init__(self, n_steps: int, snaps: int) -> None:
+    def __init__(self, n_steps: int, snaps: int, *, taping: bool = True) -> None:
         self.n_steps = check_int("n_steps", n_steps, 1)
         self.snaps = check_int("snaps", snaps, 1)
+        self.taping = check_bool("taping", taping)
 
     @property
     def l1_slots(self) -> int:
@@ -165,15 +235,16 @@ class Revolve:
         return self.snaps
 
     def __repr__(self) -> str:
-        return f"Revolve(n_steps={self.n_steps}, snaps={self.snaps})"
+        taping = "" if self.taping else ", taping=False"
+        return f"Revolve(n_steps={self.n_steps}, snaps={self.snaps}{taping})"
 
-    def get_config(self) -> dict[str, int | str]:
+    def get_config(self) -> dict[str, int | str | bool]:
         """Return the constructor's arguments as a plain dict (JSON-ready)."""
-        return {"name": "Revolve", "n_steps": self.n_steps, "snaps": self.snaps}
+        return {"name": "Revolve", "n_steps": self.n_steps, "snaps": self.snaps,
+                "taping": self.taping}
 
     def __iter__(self) -> Iterator[Action]:
-        n = self.n_steps
         yield Store(0, Tier.L1)
-        yield from mark_end_forward(reverse_range(0, n, self.snaps, {0: Tier.L1}, live=0), n)
+        yield from forward_then_reverse(0, self.n_steps, self.snaps, {0: Tier.L1}, self.taping)
         yield Free(0, Tier.L1)
         yield EndReverse()

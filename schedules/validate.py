@@ -57,6 +57,7 @@ def simulate(
     n_steps: int | None = None,
     l1_slots: int | None = None,
     prefetch_slots: int | None = None,
+    taping: bool | None = None,
 ) -> SimulationResult:
     """Replay ``actions`` abstractly, raising on the first invalid one, and return its counts.
 
@@ -72,6 +73,10 @@ def simulate(
         Level-1 slot capacity; unchecked when unknown.
     prefetch_slots : int, optional
         Prefetch buffer capacity; unchecked when unknown.
+    taping : bool, optional
+        The protocol of ``Reverse(t)``: True, directly after an advance ending at t + 1 (its
+        taping step); False, while the live state is u_t. By default the schedule's ``taping``
+        attribute, else True.
 
     Returns
     -------
@@ -82,12 +87,15 @@ def simulate(
     ScheduleError
         Naming the action, its position and the broken invariant: an advance from a state that is
         not live, a store of a state that is not live or over capacity, a load of something never
-        stored, freed or not prefetched, a reverse out of order or without its taping step, a
+        stored, freed or not prefetched, a reverse out of order or without its taping step (or,
+        taping-free, without the live state u_t), a
         prefetch never waited for, anything left stored at the end, or a missing end marker.
     """
     n = n_steps if n_steps is not None else getattr(actions, "n_steps", None)
     cap_l1 = l1_slots if l1_slots is not None else getattr(actions, "l1_slots", None)
     cap_pf = prefetch_slots if prefetch_slots is not None else getattr(actions, "prefetch_slots", None)
+    if taping is None:
+        taping = getattr(actions, "taping", True)
 
     live: int | None = 0
     taped: int | None = None  # the step whose reverse the last advance tapes
@@ -174,9 +182,12 @@ def simulate(
                 raise fail(action, "reverse step before EndForward()")
             if action.step != next_reverse:
                 raise fail(action, f"out of order: expected the reverse of step {next_reverse}")
-            if taped != action.step:
+            if taping and taped != action.step:
                 raise fail(action, f"does not directly follow its taping step "
                            f"Advance(end={action.step + 1})")
+            if not taping and live != action.step:
+                raise fail(action, f"taping-free reverse step needs the live state u_{action.step},"
+                           f" it is {'unknown' if live is None else f'u_{live}'}")
             reverse_steps += 1
             next_reverse -= 1
             live = taped = None

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, HostMemoryStorage, Storage
+from asyncckpt._tuning import forget_costs
 from schedules import AsyncMultistage, simulate
 from workloads import Forward, Leapfrog, RecurrentCell, Reverse, store_all_reference
 
@@ -87,8 +88,9 @@ def test_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_path: Pat
         for _ in range(2):  # a second forward+reverse on the same checkpointer
             assert_bit_identical(run(model, ckp), reference)
             model.trace.check_protocol(n)
-            counts = simulate(AsyncMultistage(n, ckp.stats.interval, l1_slots))
-            assert model.trace.forward_steps() == ckp.stats.forward_steps == counts.forward_steps
+            counts = simulate(ckp.schedule)
+            assert (model.trace.forward_steps() == ckp.stats.forward_steps
+                    == counts.forward_steps + ckp.stats.probe_steps)
             assert ckp.stats.reverse_steps == n
             assert ckp.stats.l2_writes == counts.l2_writes
             assert ckp.stats.l2_reads == counts.l2_reads
@@ -239,6 +241,7 @@ def test_forward_again_without_reverse_starts_a_new_run(shm_dir: Path) -> None:
 def test_auto_interval_calibrates_and_records_its_prediction() -> None:
     n = 200
     model = RecurrentCell(n)
+    forget_costs()  # no costs remembered from an earlier test's run
     reference = store_all_reference(model)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3) as ckp:
         for run_number in range(2):
@@ -248,9 +251,16 @@ def test_auto_interval_calibrates_and_records_its_prediction() -> None:
             assert calibration["tf_s"] > 0 and calibration["tw_s"] >= 0
             assert calibration["tb_measured"] is (run_number == 1)
             assert calibration["measured_over_predicted"] > 0
+            assert calibration["tcall_s"] >= 0 and calibration["learned_runs"] == run_number
+            # the probe runs 10 steps from u_0 on the first run only, then the schedule as it is
+            assert ckp.stats.probe_steps == (10 if run_number == 0 else 0)
             assert model.trace.forward_steps() == ckp.stats.forward_steps == simulate(
-                AsyncMultistage(n, ckp.stats.interval, 3)).forward_steps
+                ckp.schedule).forward_steps + ckp.stats.probe_steps
     assert "interval='auto'" in repr(ckp)
+    # the next checkpointer of the same operators and state size starts from what was learned
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3) as ckp:
+        assert_bit_identical(run(model, ckp), reference)
+        assert ckp.stats.probe_steps == 0 and ckp.stats.calibration["learned_runs"] == 2
 
 
 def test_auto_interval_with_one_step() -> None:
@@ -258,7 +268,8 @@ def test_auto_interval_with_one_step() -> None:
     reference = store_all_reference(model)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), 1, l1_slots=1) as ckp:
         assert_bit_identical(run(model, ckp), reference)
-        assert ckp.stats.interval == 1
+        assert ckp.stats.interval == 0  # u_0 fits in Level-1: no Level-2 at all
+        assert ckp.stats.l2_writes == ckp.stats.l2_reads == 0
 
 
 def test_interval_names_the_accepted_values() -> None:
