@@ -20,6 +20,7 @@ import numpy as np
 import xxhash
 
 from ._buffers import aligned_buffer, copy_in, copy_out
+from ._pool import POOL
 from .errors import CorruptionError, TransferError
 from .storage import Storage
 
@@ -118,8 +119,8 @@ class TransferEngine:
         self.recover = on_error == "recompute"
         # states whose write failed (recompute policy): never on Level-2
         self._lost: set[int] = set()
-        self._free_staging = [aligned_buffer(nbytes) for _ in range(staging_buffers)]
-        self._free_prefetch = [aligned_buffer(nbytes) for _ in range(prefetch_buffers)]
+        self._free_staging = [POOL.aligned(nbytes) for _ in range(staging_buffers)]
+        self._free_prefetch = [POOL.aligned(nbytes) for _ in range(prefetch_buffers)]
         # writes in flight, oldest first, and the same futures by key
         self._writes: deque[tuple[int, Future[tuple[int, np.ndarray]], np.ndarray]] = deque()
         self._writing: dict[int, Future[tuple[int, np.ndarray]]] = {}
@@ -432,5 +433,9 @@ class TransferEngine:
         self._broken = None
 
     def close(self) -> None:
-        """Stop the worker threads (after the transfers in flight); safe to call twice."""
+        """Stop the worker threads (after the transfers in flight) and give the idle staging and
+        prefetch buffers to the process's pool; safe to call twice."""
         self._executor.shutdown(wait=True, cancel_futures=True)
+        if not self._writes and not self._reads:
+            POOL.give(self._free_staging + self._free_prefetch)
+            self._free_staging, self._free_prefetch = [], []

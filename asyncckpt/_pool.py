@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import psutil
 
-from ._buffers import padded
+from ._buffers import aligned_buffer, padded
 
 __all__ = ["MemoryPool", "POOL"]
 
@@ -65,5 +65,13 @@ class MemoryPool:
         return released
 
 
-#: The process's pool: a quarter of the physical memory at most.
-POOL = MemoryPool(psutil.virtual_memory().total // 4)
+    def aligned(self, nbytes: int) -> np.ndarray:
+        """A page-aligned, touched buffer of ``padded(nbytes)`` bytes: a kept one, else new."""
+        kept = self.take(padded(nbytes))
+        return kept if kept is not None else aligned_buffer(nbytes)
+
+
+#: The process's pool: half the physical memory at most. Fresh pages fault in at 0.3 to 1 GB/s
+#: on these machines while the computation runs (measured: 33 ms per 10 MiB state), against
+#: 0.55 ms per write into kept buffers, so a fresh checkpointer per gradient must find them here.
+POOL = MemoryPool(psutil.virtual_memory().total // 2)

@@ -125,7 +125,8 @@ class IntervalTuner:
         if stats.copies:
             self.tc = stats.copy_s / stats.copies
         if stats.l2_writes:
-            self.tw = stats.write_busy_s / stats.l2_writes
+            # fresh pages are faulted in once: the pool keeps them for the next run
+            self.tw = max(stats.write_busy_s - stats.write_fresh_s, 0.0) / stats.l2_writes
         if stats.l2_reads:
             self.tr = stats.read_busy_s / stats.l2_reads
         self.runs += 1

@@ -258,8 +258,7 @@ class AsyncCheckpointer:
         if self._free_slots:
             return self._free_slots.pop()
         self._slots_made += 1
-        kept = POOL.take(padded(self.nbytes))
-        return kept if kept is not None else aligned_buffer(self.nbytes)
+        return POOL.aligned(self.nbytes)
 
     def _release_slots(self) -> None:
         POOL.give(self._free_slots)
@@ -295,6 +294,7 @@ class AsyncCheckpointer:
                             l1_bytes=self.l1_bytes, taping=self.taping)
         self._fit = CallFit()
         self._copies, self._copy_s = 0, 0.0
+        self._fresh_base = getattr(self.storage, "fresh_s", 0.0)
         self._engine.reset_counters()
         tuner = self._tuner
         if tuner is not None and self.n_timesteps > 1:
@@ -434,6 +434,7 @@ class AsyncCheckpointer:
         stats.write_busy_s, stats.read_busy_s = engine.write_busy_s, engine.read_busy_s
         stats.l2_peak_states = engine.peak_held
         stats.l2_failures = engine.failures
+        stats.write_fresh_s = getattr(self.storage, "fresh_s", 0.0) - self._fresh_base
         stats.copies = self._copies + engine.copies
         stats.copy_s = self._copy_s + engine.copy_s
         stats.forward_calls = self._fit.calls

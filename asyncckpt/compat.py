@@ -11,6 +11,8 @@ keyword                       environment variable       default
 ============================  =========================  =======================================
 ``storage``                   ``ASYNCCKPT_STORAGE``      host DRAM (``dram``); else a directory
 ``interval``                  ``ASYNCCKPT_INTERVAL``     ``auto`` (chosen by the model)
+``taping``                    ``ASYNCCKPT_TAPING``       ``1`` (pyrevolve's protocol); ``0``:
+                                                         the taping-free reverse
 ============================  =========================  =======================================
 
 Other keywords go to :class:`asyncckpt.AsyncCheckpointer`. pyrevolve itself is never imported.
@@ -27,12 +29,13 @@ import psutil
 from schedules import simulate
 
 from ._buffers import padded
+from ._pool import POOL
 from .checkpoint import Checkpoint, check_descriptor
 from .checkpointer import AsyncCheckpointer
 from .stats import Stats
 from .storage import Storage
 
-__all__ = ["Revolver", "Operator", "Checkpoint", "choose_l1_slots"]
+__all__ = ["Revolver", "Operator", "Checkpoint", "choose_l1_slots", "taping_from_environment"]
 
 #: Share of the available memory that ``n_checkpoints=None`` lets Level-1 slots take.
 MEMORY_SHARE = 0.25
@@ -50,8 +53,11 @@ class Operator(abc.ABC):
 
 def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None) -> int:
     """Level-1 slots for ``n_checkpoints=None``: as many states as fit in a quarter of the
-    available memory (psutil), beside the four staging and prefetch buffers, at most n."""
-    available = psutil.virtual_memory().available if available is None else available
+    available memory (psutil; what asyncckpt's pool keeps for reuse counts as available),
+    beside the four staging and prefetch buffers, at most n. Slots are allocated only when a
+    schedule uses them."""
+    if available is None:
+        available = psutil.virtual_memory().available + POOL.nbytes
     fit = int(MEMORY_SHARE * available // padded(nbytes)) - 4
     if fit < 1:
         raise MemoryError(
@@ -64,6 +70,26 @@ def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None)
 def _from_environment(name: str) -> str | None:
     value = os.environ.get(name, "").strip()
     return value or None
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def taping_from_environment() -> bool:
+    """``$ASYNCCKPT_TAPING`` as a bool: unset or empty is True (pyrevolve's protocol).
+
+    Raises
+    ------
+    ValueError
+        Naming the variable and the accepted values.
+    """
+    text = (_from_environment("ASYNCCKPT_TAPING") or "1").lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"ASYNCCKPT_TAPING must be 1 or 0 (or true/false, yes/no, on/off), got "
+                     f"{os.environ['ASYNCCKPT_TAPING']!r}")
 
 
 class Revolver:
@@ -83,6 +109,9 @@ class Revolver:
         Level-2; default ``$ASYNCCKPT_STORAGE``, else host DRAM.
     interval : int or "auto", optional
         Default ``$ASYNCCKPT_INTERVAL``, else "auto".
+    taping : bool, optional
+        False: the taping-free reverse (``rev.apply`` with the live state u_t, no taping step;
+        see docs/migration.md for when it is safe). Default ``$ASYNCCKPT_TAPING``, else True.
     **options
         Passed to :class:`~asyncckpt.AsyncCheckpointer`.
 
@@ -96,7 +125,8 @@ class Revolver:
     def __init__(self, checkpoint: Any, fwd_operator: Any, rev_operator: Any,
                  n_checkpoints: int | None, n_timesteps: int, *,
                  storage: Storage | str | os.PathLike[str] | None = None,
-                 interval: int | str | None = None, **options: Any) -> None:
+                 interval: int | str | None = None, taping: bool | None = None,
+                 **options: Any) -> None:
         if n_timesteps is None:
             raise ValueError("n_timesteps is None: online checkpointing (unknown n) is not "
                              "supported; give the number of time steps")
@@ -121,6 +151,8 @@ class Revolver:
                     raise ValueError(f"ASYNCCKPT_INTERVAL must be a positive integer or 'auto', "
                                      f"got {text!r}") from None
                 interval = text
+        if taping is None:
+            taping = taping_from_environment()
         self.checkpoint = checkpoint
         self.fwd_operator = fwd_operator
         self.rev_operator = rev_operator
@@ -129,7 +161,7 @@ class Revolver:
         self._counted: tuple[object, int] | None = None
         self.checkpointer = AsyncCheckpointer(
             checkpoint, fwd_operator, rev_operator, n_timesteps, l1_slots=self.n_checkpoints,
-            interval=interval, storage=storage, **options)
+            interval=interval, storage=storage, taping=taping, **options)
 
     def apply_forward(self) -> None:
         """The forward sweep, u_0 to u_n; a second call starts a new run."""

@@ -43,6 +43,10 @@ class Stats:
     write_busy_s, read_busy_s : float
         Seconds the Level-2 path spent writing and reading (on the I/O thread, or inline): over
         ``l2_writes`` and ``l2_reads``, the real per-state transfer times of the run.
+    write_fresh_s : float
+        Of ``write_busy_s``, the seconds a DRAM Level-2 spent getting buffers (faulting fresh
+        pages in, where the process's pool had none kept): a cost of the first run, not of a
+        write.
     forward_s, reverse_s : float
         Wall time of ``apply_forward()`` and ``apply_reverse()``.
     forward_compute_s, reverse_compute_s : float
@@ -80,6 +84,7 @@ class Stats:
     read_stall_s: float = 0.0
     write_busy_s: float = 0.0
     read_busy_s: float = 0.0
+    write_fresh_s: float = 0.0
     forward_s: float = 0.0
     reverse_s: float = 0.0
     forward_compute_s: float = 0.0

@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ class Storage(abc.ABC):
         self.close()
 
 
-def _fresh(nbytes: int) -> np.ndarray:
+def _fresh_buffer(nbytes: int) -> np.ndarray:
     """A touched buffer for ``nbytes``: one a closed backend left in the pool, else new."""
     kept = POOL.take(nbytes)
     return kept if kept is not None else touched(nbytes)
@@ -110,9 +111,20 @@ class HostMemoryStorage(Storage):
         self._spare: list[np.ndarray] = []
         self._nbytes: int | None = None
         self._closed = False
+        #: Seconds spent getting buffers (from the pool, or faulting fresh pages in): the part of
+        #: a write that a kept buffer does not pay.
+        self.fresh_s = 0.0
 
     def __repr__(self) -> str:
         return "HostMemoryStorage()"
+
+    def _fresh(self, nbytes: int) -> np.ndarray:
+        start = time.perf_counter()
+        buffer = _fresh_buffer(nbytes)
+        elapsed = time.perf_counter() - start
+        with self._lock:
+            self.fresh_s += elapsed
+        return buffer
 
     def get_config(self) -> dict[str, Any]:
         """Describe the backend as a plain dict."""
@@ -140,7 +152,7 @@ class HostMemoryStorage(Storage):
         overlap the computation instead of delaying the run's start.
         """
         need = nbytes * count
-        available = psutil.virtual_memory().available
+        available = psutil.virtual_memory().available + POOL.nbytes  # the pool's is ours
         if need > available:
             raise StorageFullError(
                 f"HostMemoryStorage.reserve: {count} states of {nbytes} bytes need {_gib(need)}, "
@@ -158,7 +170,7 @@ class HostMemoryStorage(Storage):
                 raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
             target = self._spare.pop() if self._spare else None
         if target is None:
-            target = _fresh(buf.nbytes)
+            target = self._fresh(buf.nbytes)
         np.copyto(target[: buf.nbytes], buf)
         with self._lock:
             self._stored[key] = target
@@ -183,7 +195,7 @@ class HostMemoryStorage(Storage):
                 raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
             spare = self._spare.pop() if self._spare else None
             self._stored[key] = buffer
-        return spare if spare is not None else _fresh(nbytes)
+        return spare if spare is not None else self._fresh(nbytes)
 
     def get(self, key: int, out: np.ndarray) -> None:
         with self._lock:

@@ -67,6 +67,9 @@ class FaultyMixin:
             scratch = np.empty_like(out)
             super().get(key, scratch)
             out[:half] = scratch[:half]
+            # what the rest holds is undefined: poison it, as pooled buffers may hold this very
+            # state from an earlier run
+            out[half:] = ~scratch[half:]
             return
         super().get(key, out)
         if count == self.flip_get_at:
