@@ -1,0 +1,124 @@
+"""Devito's acoustic gradient: pyrevolve vs asyncckpt.compat (taping and taping-free) vs Devito's
+full-history gradient, interleaved in one process, one JSON line.
+
+Each gradient goes through ``examples.seismic`` 's own ``jacobian_adjoint(checkpointing=True)``,
+which builds a fresh ``Revolver(cp, fwd, rev, None, nt - 2)`` per call, with ``Revolver`` swapped
+in the wavesolver's module: pyrevolve's (its default ``n_checkpoints=None``, and with
+``--pyrevolve-slots``), asyncckpt's with ``interval="auto"`` (``ASYNCCKPT_TAPING=1`` and ``0``),
+and Devito's full-history gradient (``checkpointing=False``, the wavefield saved by a forward
+run outside the timing). Ratios are of medians; every gradient is compared bit for bit with the
+full-history one.
+
+Usage: python benchmarks/bench_devito.py [--shape 81x81x81] [--nt 772] [--repeats 3]
+Needs the ``devito`` extra (``pip install -e '.[devito]'``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+
+def _problem(shape: tuple[int, ...], nt: int, space_order: int) -> Any:
+    from examples.seismic.acoustic import acoustic_setup
+
+    spacing = tuple(10.0 for _ in shape)
+    probe = acoustic_setup(shape=shape, spacing=spacing, tn=1.0, space_order=space_order, nbl=10)
+    tn = probe.model.critical_dt * (nt - 1)
+    return acoustic_setup(shape=shape, spacing=spacing, tn=tn, space_order=space_order, nbl=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="81x81x81", help="grid points per axis, e.g. 101x101")
+    parser.add_argument("--nt", type=int, default=772, help="time samples (n = nt - 2 steps)")
+    parser.add_argument("--space-order", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pyrevolve-slots", type=int, default=20,
+                        help="pyrevolve run beside its default; 0 skips it")
+    args = parser.parse_args()
+
+    from devito import configuration
+
+    configuration["log-level"] = "WARNING"
+    import pyrevolve
+    from examples.seismic.acoustic import wavesolver
+
+    import asyncckpt.compat as compat
+
+    shape = tuple(int(x) for x in args.shape.split("x"))
+    solver = _problem(shape, args.nt, args.space_order)
+    rec, u_saved, _ = solver.forward(save=True)
+    last_stats: dict[str, Any] = {}
+
+    class PyrevolveWithSlots(pyrevolve.Revolver):  # type: ignore[misc]
+        def __init__(self, cp, fwd, rev, n_checkpoints, n_timesteps, **kw):  # type: ignore[no-untyped-def]
+            super().__init__(cp, fwd, rev, args.pyrevolve_slots, n_timesteps, **kw)
+
+    class Compat(compat.Revolver):
+        def apply_reverse(self) -> None:
+            super().apply_reverse()
+            last_stats["stats"] = self.stats
+
+    def gradient(method: str) -> tuple[float, np.ndarray]:
+        start = time.perf_counter()
+        if method == "full-history":
+            grad, _ = solver.jacobian_adjoint(rec, u_saved, checkpointing=False)
+        else:
+            wavesolver.Revolver = {"pyrevolve": pyrevolve.Revolver,
+                                   "pyrevolve-slots": PyrevolveWithSlots}.get(method, Compat)
+            os.environ["ASYNCCKPT_TAPING"] = "0" if method == "asyncckpt-taping-free" else "1"
+            grad, _ = solver.jacobian_adjoint(rec, u_saved, checkpointing=True)
+        return time.perf_counter() - start, grad.data.copy()
+
+    methods = ["full-history", "pyrevolve", "asyncckpt-taping", "asyncckpt-taping-free"]
+    if args.pyrevolve_slots:
+        methods.insert(2, "pyrevolve-slots")
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    equal = {m: True for m in methods}
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in methods if "asyncckpt" in m}
+    reference = None
+    for _ in range(args.repeats):
+        for method in methods:
+            seconds, grad = gradient(method)
+            times[method].append(seconds)
+            if method == "full-history":
+                reference = grad
+            equal[method] &= bool(np.array_equal(grad, reference))
+            if method in runs:
+                stats = last_stats.pop("stats")
+                calibration = stats.calibration
+                runs[method].append({
+                    "interval": stats.interval, "recompute_factor": stats.recompute_factor,
+                    "forward_compute_s": stats.forward_compute_s,
+                    "reverse_compute_s": stats.reverse_compute_s, "copy_s": stats.copy_s,
+                    "stall_s": stats.write_stall_s + stats.read_stall_s,
+                    "overhead_s": stats.total_s - stats.forward_compute_s
+                    - stats.reverse_compute_s - stats.copy_s,
+                    "measured_over_predicted": calibration.get("measured_over_predicted", 0.0),
+                })
+    median = {m: statistics.median(v) for m, v in times.items()}
+    out: dict[str, Any] = {
+        "shape": args.shape, "nt": args.nt, "repeats": args.repeats,
+        "state_mib": round(float(u_saved._data[0].nbytes) * 2 / 2**20, 2),
+        "seconds": {m: round(v, 3) for m, v in median.items()},
+        "bitwise_equal_to_full_history": equal,
+    }
+    for method in runs:
+        out[f"pyrevolve_over_{method}"] = round(median["pyrevolve"] / median[method], 3)
+        if args.pyrevolve_slots:
+            out[f"pyrevolve{args.pyrevolve_slots}_over_{method}"] = round(
+                median["pyrevolve-slots"] / median[method], 3)
+        out[f"{method}_over_full_history"] = round(median[method] / median["full-history"], 3)
+        # the last run: where the time went, once costs were learned
+        out[f"{method}_last_run"] = {k: round(v, 3) for k, v in runs[method][-1].items()}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
