@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import numpy as np
 import xxhash
 
-from ._buffers import aligned_buffer, copy_in, copy_out
+from ._buffers import copy_in, copy_out
 from ._pool import POOL
 from .errors import CorruptionError, TransferError
 from .storage import Storage

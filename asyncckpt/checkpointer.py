@@ -27,7 +27,7 @@ from schedules import (
 from schedules._args import check_bool
 from schedules.actions import Action
 
-from ._buffers import aligned_buffer, copy_in, copy_out, padded
+from ._buffers import copy_in, copy_out, padded
 from ._calibrate import THREAD_HANDOFF_S, measure_transfer
 from ._engine import TransferEngine
 from ._pool import POOL
