@@ -52,9 +52,7 @@ class CallFit:
             return None
         tf = (n * sxy - sx * sy) / denominator
         tcall = (sy - tf * sx) / n
-        if tf <= 0:
-            return 0.0, max(sy / sx, 1e-9)
-        if tcall < 0:
+        if tf <= 0 or tcall < 0:
             return 0.0, max(sy / sx, 1e-9)
         return tcall, tf
 
@@ -107,8 +105,8 @@ class IntervalTuner:
 
     def learn(self, stats: Any, fit: CallFit) -> None:
         """Take tf and tcall (fitted over the run's forward calls), tb (time inside the reverse
-        operator), tc (the run's own copies) and tw and tr (time on the Level-2 path, fresh pages
-        and contention included) from a completed run's :class:`Stats`."""
+        operator), tc (the run's own copies) and tw and tr (time on the Level-2 path, contention
+        included, less the first touch of fresh pages) from a completed run's :class:`Stats`."""
         fitted = fit.fit()
         if fitted is not None:
             self.tcall, self.tf = fitted

@@ -177,7 +177,6 @@ class AsyncCheckpointer:
         self._tuner: IntervalTuner | None = None
         self._tuner_key: tuple[object, ...] = ()
         self._free_slots: list[np.ndarray] = []
-        self._slots_made = 0
         # every state the reverse sweep reads fits in Level-1: no Level-2 at all
         self.in_level1 = self.l1_slots >= self.n_timesteps - (1 if self.taping else 0)
         try:
@@ -239,7 +238,8 @@ class AsyncCheckpointer:
                 str(getattr(storage, "path", "")), transfers, self.taping)
 
     def _plan_level1(self) -> None:
-        """Store every state the reverse sweep reads in Level-1: Revolve with enough slots."""
+        """Run Revolve in the Level-1 slots alone, with no Level-2 (store-all there, when every
+        state the reverse sweep reads fits)."""
         self.interval = 0
         self.schedule = Revolve(self.n_timesteps, min(self.l1_slots, self.n_timesteps),
                                 taping=self.taping)
@@ -257,7 +257,6 @@ class AsyncCheckpointer:
         """A free Level-1 slot: a released one, one a closed checkpointer left, or a new one."""
         if self._free_slots:
             return self._free_slots.pop()
-        self._slots_made += 1
         return POOL.aligned(self.nbytes)
 
     def _release_slots(self) -> None:
@@ -343,8 +342,7 @@ class AsyncCheckpointer:
         self._stats.calibration = tuner.record(choice)
         if choice.revolve.total_s < choice.prediction.total_s:
             # Revolve in the Level-1 slots alone beats every interval: no Level-2 at all
-            self.interval = 0
-            self.schedule = Revolve(self.n_timesteps, self.l1_slots, taping=self.taping)
+            self._plan_level1()
             self._stats.calibration.update(interval=0,
                                            predicted_total_s=choice.revolve.total_s)
         else:
