@@ -105,3 +105,25 @@ def test_runner_writes_results_figures_and_a_table(tmp_path: Path) -> None:
     assert (out / "fig5_time.png").stat().st_size > 10000
     assert "grads equal" in done.stdout and "NO" not in done.stdout
     assert [p.name for p in out.iterdir() if p.name.startswith("level2")] == []
+
+
+def test_taping_free_checkpoint_holds_what_the_reverse_step_reads(disk_dir: Path) -> None:
+    """The taping-free method equals backprop with any interval and recomputes nothing at
+    interval 1; its reverse operator refuses a call over more than one step."""
+    from experiments.lstm.model import StepCheckpoint, StepReverseOperator
+
+    n = 23
+    reference = gradients("backprop", n, "numpy", disk_dir)
+    for interval, slots in ((1, 2), (4, 4), (4, 2), (23, 3), ("auto", 2)):
+        model = LSTM(CORPUS, n, hidden=16, batch=3, kernels="numpy")
+        model.reset()
+        report = run_method("async-taping-free", model, slots=slots, interval=interval,
+                            level2_dir=str(disk_dir))
+        assert model.gradient_vector().tobytes() == reference.tobytes()
+        if interval == 1:  # every state on Level-2: the reverse sweep recomputes nothing
+            assert model.steps_computed == n and report["l2_writes"] == n
+    model = LSTM(CORPUS, n, hidden=4, batch=2, kernels="numpy")
+    assert StepCheckpoint(model).nbytes == sum(getattr(model, a).nbytes
+                                               for a in LSTM.STEP_SCRATCH)
+    with pytest.raises(ValueError, match="one step at a time"):
+        StepReverseOperator(model).apply(t_start=3, t_end=5)

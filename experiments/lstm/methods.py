@@ -6,7 +6,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .model import LSTM, ForwardOperator, ReverseOperator
+from .model import (LSTM, ForwardOperator, ReverseOperator, StepCheckpoint, StepForwardOperator,
+                    StepReverseOperator)
 
 __all__ = ["METHODS", "run_method", "describe", "parse_interval"]
 
@@ -18,6 +19,8 @@ METHODS = {
     "async-dram": "asyncckpt, Level-2 in host DRAM",
     "async-tmpfs": "asyncckpt, Level-2 on tmpfs (/dev/shm)",
     "async-disk": "asyncckpt, Level-2 on the disk",
+    "async-taping-free": "asyncckpt taping-free, Level-2 in host DRAM; the checkpoint holds the "
+                         "activations the reverse step reads",
 }
 
 
@@ -73,18 +76,22 @@ def _store_all(model: LSTM, **_: Any) -> dict[str, Any]:
     return _pyrevolve(model, model.n_steps - 1)
 
 
-def _asyncckpt(storage: Callable[[str], Any]) -> Callable[..., dict[str, Any]]:
+def _asyncckpt(storage: Callable[[str], Any], taping: bool = True) -> Callable[..., dict[str, Any]]:
     def run(model: LSTM, slots: int, interval: int | str, level2_dir: str, **_: Any) -> dict[str, Any]:
         from asyncckpt import AsyncCheckpointer
 
-        with AsyncCheckpointer(model, ForwardOperator(model), ReverseOperator(model),
-                               model.n_steps, l1_slots=slots, interval=interval,
-                               storage=storage(level2_dir)) as ckp:
+        if taping:
+            operators: tuple[Any, Any, Any] = (model, ForwardOperator(model), ReverseOperator(model))
+        else:
+            model.step(0)  # u_0 of the taping-free checkpoint is step 0's scratch
+            operators = (StepCheckpoint(model), StepForwardOperator(model), StepReverseOperator(model))
+        with AsyncCheckpointer(*operators, model.n_steps, l1_slots=slots, interval=interval,
+                               storage=storage(level2_dir), taping=taping) as ckp:
             ckp.apply_forward()
             ckp.apply_reverse()
             stats = ckp.stats
             # in DRAM, what Level-2 occupies inside the process, its allocations included
-            held = getattr(ckp.storage, "nbytes_held", stats.l2_peak_states * model.nbytes)
+            held = getattr(ckp.storage, "nbytes_held", stats.l2_peak_states * operators[0].nbytes)
         return {"interval": stats.interval, "l2_writes": stats.l2_writes,
                 "level2_bytes": held,
                 "write_stall_s": stats.write_stall_s, "read_stall_s": stats.read_stall_s,
@@ -99,6 +106,7 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "async-dram": _asyncckpt(lambda d: None),
     "async-tmpfs": _asyncckpt(lambda d: "/dev/shm"),
     "async-disk": _asyncckpt(lambda d: d),
+    "async-taping-free": _asyncckpt(lambda d: None, taping=False),
 }
 
 

@@ -1,8 +1,10 @@
 """A character-level LSTM in numpy, written as pyrevolve-style forward and reverse operators.
 
-The state to checkpoint is (h, c). The forward operator keeps the last step's activations as
-scratch, so a reverse step must directly follow its taping step. Inputs and targets are read by
-index from the corpus, so nothing grows with the sequence length but what a method stores.
+Under pyrevolve's protocol the state to checkpoint is (h, c). The forward operator keeps the last
+step's activations as scratch, so a reverse step must directly follow its taping step. The
+taping-free protocol (:class:`StepCheckpoint` and its operators) checkpoints that scratch instead:
+u_t holds what the reverse of step t reads, so no taping step is needed. Inputs and targets are
+read by index from the corpus, so nothing grows with the sequence length but what a method stores.
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import numpy as np
 from .corpus import Corpus
 from .kernels import load
 
-__all__ = ["LSTM", "ForwardOperator", "ReverseOperator"]
+__all__ = ["LSTM", "ForwardOperator", "ReverseOperator", "StepCheckpoint", "StepForwardOperator",
+           "StepReverseOperator"]
 
 
 class LSTM:
@@ -111,10 +114,8 @@ class LSTM:
     def step(self, t: int) -> None:
         """Forward step t: u_t -> u_{t+1}, keeping the step's activations as scratch."""
         p = self.params
-        hidden, vocab = self.hidden, self.vocab
-        position = self.starts + t
-        np.take(self.corpus, position % len(self.corpus), out=self.inputs)
-        np.take(self.corpus, (position + 1) % len(self.corpus), out=self.targets)
+        vocab = self.vocab
+        self._read_corpus(t)
         self.h_prev[...] = self.h
         self.c_prev[...] = self.c
         np.matmul(self.h, p["W"][vocab:], out=self.z)
@@ -132,7 +133,11 @@ class LSTM:
             rows = np.arange(self.batch)
             self.loss -= float(np.log(self.probs[rows, self.targets]).sum()) / self.batch
             self._loss_steps += 1
-        del hidden
+
+    def _read_corpus(self, t: int) -> None:
+        position = self.starts + t
+        np.take(self.corpus, position % len(self.corpus), out=self.inputs)
+        np.take(self.corpus, (position + 1) % len(self.corpus), out=self.targets)
 
     def adjoint(self, t: int) -> None:
         """Reverse step t: accumulate the gradients of step t, move the adjoint to u_t."""
@@ -155,6 +160,13 @@ class LSTM:
         np.matmul(self.dz, p["W"][vocab:].T, out=self.dh)
         self.scratch_step = -1
 
+    def adjoint_from_scratch(self, t: int) -> None:
+        """Reverse step t, the arrays of :data:`STEP_SCRATCH` holding step t's scratch (restored
+        from a taping-free checkpoint, not left by a forward step)."""
+        self._read_corpus(t)
+        self.scratch_step = t
+        self.adjoint(t)
+
     def gradient_vector(self) -> np.ndarray:
         """All gradients, concatenated (for bitwise comparison and finite differences)."""
         return np.concatenate([g.ravel() for g in self.grads.values()])
@@ -168,7 +180,9 @@ class LSTM:
             param -= learning_rate * grad / (np.sqrt(rms) + eps)
 
     # -- scratch save/restore for standard backpropagation --------------------------------------
-    _SCRATCH = ("h_prev", "c_prev", "act", "tc", "probs", "inputs", "targets", "h", "c")
+    #: the float arrays that a reverse step reads, as the forward step of the same t leaves them
+    STEP_SCRATCH = ("h_prev", "c_prev", "act", "tc", "probs", "h", "c")
+    _SCRATCH = STEP_SCRATCH + ("inputs", "targets")
 
     def save_activations(self) -> tuple[np.ndarray, ...]:
         """Copies of everything the reverse step of the last forward step reads."""
@@ -201,3 +215,61 @@ class ReverseOperator:
     def apply(self, *, t_start: int, t_end: int) -> None:
         for t in range(t_end - 1, t_start - 1, -1):
             self.model.adjoint(t)
+
+
+class StepCheckpoint:
+    """Checkpoint descriptor of the taping-free protocol: u_t is step t's scratch.
+
+    That is (h_t, c_t) as ``h_prev``, ``c_prev``, the gates, tanh of the new cell, the output
+    probabilities and (h_{t+1}, c_{t+1}) as ``h``, ``c``: everything the reverse of step t reads
+    but the inputs and targets, which are read from the corpus by t. u_0 exists once step 0 has
+    run, so a run calls ``model.step(0)`` before handing this to a checkpointer.
+    """
+
+    def __init__(self, model: LSTM) -> None:
+        self.model = model
+        self._arrays = [getattr(model, name) for name in LSTM.STEP_SCRATCH]
+
+    @property
+    def size(self) -> int:
+        return sum(a.size for a in self._arrays)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.model.h.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._arrays)
+
+    def get_data(self, timestep: int) -> list[np.ndarray]:
+        return self._arrays
+
+    def get_data_location(self, timestep: int) -> list[np.ndarray]:
+        return self._arrays
+
+
+class StepForwardOperator:
+    """``apply(t_start, t_end)``: u_{t_start} -> u_{t_end} of :class:`StepCheckpoint`, that is,
+    forward steps t_start + 1 to t_end. u_n, which no reverse step reads, is left as u_{n-1}:
+    step n does not exist."""
+
+    def __init__(self, model: LSTM) -> None:
+        self.model = model
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        for t in range(t_start + 1, min(t_end, self.model.n_steps - 1) + 1):
+            self.model.step(t)
+
+
+class StepReverseOperator:
+    """``apply(t, t + 1)`` with u_t of :class:`StepCheckpoint` live: the adjoint of step t."""
+
+    def __init__(self, model: LSTM) -> None:
+        self.model = model
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        if t_end != t_start + 1:
+            raise ValueError(f"the taping-free reverse runs one step at a time, got t_start = "
+                             f"{t_start}, t_end = {t_end}")
+        self.model.adjoint_from_scratch(t_start)

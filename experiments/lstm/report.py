@@ -8,7 +8,9 @@ from typing import Any
 __all__ = ["table", "goals", "figures"]
 
 MiB = 2**20
-ASYNC = ("async-dram", "async-tmpfs", "async-disk")
+ASYNC = ("async-dram", "async-tmpfs", "async-disk", "async-taping-free")
+#: the methods whose Level-2 lives inside the process
+IN_PROCESS_LEVEL2 = ("async-dram", "async-taping-free")
 
 
 def _by_method(results: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -21,7 +23,7 @@ def _by_method(results: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, A
 def working_memory(result: dict[str, Any]) -> float:
     """Peak RSS, less the Level-2 bytes where Level-2 is in the process (DRAM)."""
     rss = result["peak_rss_bytes"]
-    return rss - result.get("level2_bytes", 0) if result["method"] == "async-dram" else rss
+    return rss - result.get("level2_bytes", 0) if result["method"] in IN_PROCESS_LEVEL2 else rss
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -64,17 +66,19 @@ def goals(results: list[dict[str, Any]]) -> str:
             ratio = working_memory(by[m][hi]) / working_memory(by[m][lo])
             lines.append(f"  {m:12s} {ratio:6.3f}")
 
-    def time_ratios(title: str, baseline: str, baseline_on_top: bool = False) -> None:
-        pairs = [(m, by[m][hi]["time_s"], by[baseline][hi]["time_s"]) for m in ASYNC
+    def time_ratios(title: str, baseline: str, baseline_on_top: bool = False,
+                    methods: tuple[str, ...] = ASYNC) -> None:
+        pairs = [(m, by[m][hi]["time_s"], by[baseline][hi]["time_s"]) for m in methods
                  if hi in by.get(m, {}) and hi in by.get(baseline, {})]
         if pairs:
             lines.append(f"time at n = {hi}, {title}:")
             lines.extend(f"  {m:12s} {(b / a if baseline_on_top else a / b):6.3f}"
                          for m, a, b in pairs)
 
-    time_ratios("asyncckpt / store-all under the same protocol (goal <= 1.05)", "store-all")
-    time_ratios("asyncckpt / standard backpropagation (each reverse step re-runs its forward "
-                "step as the taping step)", "backprop")
+    time_ratios("asyncckpt / store-all under the same protocol (goal <= 1.05)", "store-all",
+                methods=ASYNC[:3])
+    time_ratios("asyncckpt / standard backpropagation (with taping, each reverse step re-runs "
+                "its forward step; taping-free, goal <= 1.10)", "backprop")
     time_ratios("Revolve (pyrevolve) / asyncckpt (goal >= 1.5)", "revolve", baseline_on_top=True)
     return "\n".join(lines)
 
@@ -89,15 +93,15 @@ def figures(results: list[dict[str, Any]], out: Path) -> list[Path]:
 
     by = _by_method(results)
     style = {"backprop": "k-o", "store-all": "C7--s", "revolve": "C3-^", "async-dram": "C0-D",
-             "async-tmpfs": "C2-v", "async-disk": "C1-x"}
+             "async-tmpfs": "C2-v", "async-disk": "C1-x", "async-taping-free": "C4-P"}
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for m, runs in by.items():
         ns = sorted(runs)
         ax.plot(ns, [runs[n]["peak_rss_bytes"] / MiB for n in ns], style.get(m, "-o"), label=m)
-        if m == "async-dram":
-            ax.plot(ns, [working_memory(runs[n]) / MiB for n in ns], "C0:", label="async-dram "
-                    "less Level-2")
+        if m in IN_PROCESS_LEVEL2:
+            ax.plot(ns, [working_memory(runs[n]) / MiB for n in ns], style[m][:2] + ":",
+                    label=f"{m} less Level-2")
     ax.set_xscale("log")
     ax.set_xlabel("sequence length n (time steps)")
     ax.set_ylabel("peak resident memory (MiB)")
