@@ -11,10 +11,15 @@ from .checkpointer import AsyncCheckpointer
 from .errors import (
     CheckpointError,
     CorruptionError,
+    InvalidTypeError,
+    InvalidValueError,
+    MemoryBudgetError,
     ScheduleError,
     StorageError,
     StorageFullError,
+    StorageKeyError,
     TransferError,
+    UsageError,
 )
 from .stats import Stats
 from .storage import FileStorage, HostMemoryStorage, Storage
@@ -27,12 +32,17 @@ __all__ = [
     "CorruptionError",
     "FileStorage",
     "HostMemoryStorage",
+    "InvalidTypeError",
+    "InvalidValueError",
+    "MemoryBudgetError",
     "ScheduleError",
     "Stats",
     "Storage",
     "StorageError",
     "StorageFullError",
+    "StorageKeyError",
     "TransferError",
+    "UsageError",
 ]
 
 __version__ = "0.1.0"

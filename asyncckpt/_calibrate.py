@@ -1,13 +1,18 @@
-"""Measurements of the real run's costs: Level-2 transfers through the runtime's own I/O path."""
+"""Measurements of the real run's costs: Level-2 transfers through the runtime's own I/O path,
+the staging copy, and the forward operator's per-call and per-step costs."""
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
+from typing import Any
 
-from ._buffers import aligned_buffer
+import numpy as np
+
+from ._buffers import aligned_buffer, copy_out
 from .storage import Storage
 
-__all__ = ["measure_transfer", "THREAD_HANDOFF_S"]
+__all__ = ["measure_copy", "measure_transfer", "probe_forward", "THREAD_HANDOFF_S"]
 
 #: What waking a worker thread costs the caller here (measured: 17-20 us per submit).
 THREAD_HANDOFF_S = 20e-6
@@ -33,3 +38,32 @@ def measure_transfer(storage: Storage, nbytes: int, repeats: int = 3) -> tuple[f
         reads.append(time.perf_counter() - middle)
         storage.delete(key)
     return statistics.median(writes), statistics.median(reads)
+
+
+def measure_copy(arrays: Sequence[np.ndarray], targets: Sequence[np.ndarray],
+                 repeats: int = 3) -> float:
+    """Median seconds of one copy of ``arrays`` (a state) into a byte buffer: into each of
+    ``targets`` in turn, so that several targets measure it cache-cold, as a run copies into
+    many distinct buffers."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for target in targets:
+            copy_out(arrays, target)
+        times.append((time.perf_counter() - start) / len(targets))
+    return statistics.median(times)
+
+
+def probe_forward(fwd_operator: Any, n_timesteps: int) -> tuple[list[int], list[float]]:
+    """Time the forward operator on the opening steps from the live u_0: one step in a call
+    twice (the first call may compile or warm caches), then up to 8 in one call, so that its
+    per-call cost can be told from its per-step cost. Returns the calls' lengths and seconds;
+    the live state is left advanced (the caller restores u_0)."""
+    lengths = [1, 1, min(8, n_timesteps - 2)] if n_timesteps >= 4 else [1]
+    seconds, t = [], 0
+    for length in lengths:
+        start = time.perf_counter()
+        fwd_operator.apply(t_start=t, t_end=t + length)
+        seconds.append(time.perf_counter() - start)
+        t += length
+    return lengths, seconds

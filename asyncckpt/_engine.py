@@ -169,11 +169,7 @@ class TransferEngine:
         start = time.perf_counter()
         view = buffer[: self.nbytes]
         digest = _checksum(view) if self.verify else 0
-        adopt = getattr(self.storage, "adopt", None)
-        if adopt is not None:
-            buffer = adopt(key, buffer, self.nbytes)
-        else:
-            self.storage.put(key, view)
+        buffer = self.storage.adopt(key, buffer, self.nbytes)
         self._busy("write", time.perf_counter() - start)
         return digest, buffer
 

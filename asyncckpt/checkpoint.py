@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InvalidTypeError, InvalidValueError
+
 __all__ = ["Checkpoint", "ArrayCheckpoint", "check_descriptor", "check_arrays"]
 
 _REQUIRED = ("size", "dtype", "get_data", "get_data_location")
@@ -57,13 +59,13 @@ class ArrayCheckpoint(Checkpoint):
     def __init__(self, arrays: Sequence[np.ndarray]) -> None:
         arrays = list(arrays)
         if not arrays:
-            raise ValueError("ArrayCheckpoint needs at least one array, got an empty sequence")
+            raise InvalidValueError("ArrayCheckpoint needs at least one array, got an empty sequence")
         for i, array in enumerate(arrays):
             if not isinstance(array, np.ndarray):
-                raise TypeError(f"arrays[{i}] must be a numpy.ndarray, got {type(array).__name__}")
+                raise InvalidTypeError(f"arrays[{i}] must be a numpy.ndarray, got {type(array).__name__}")
         dtypes = {a.dtype for a in arrays}
         if len(dtypes) != 1:
-            raise TypeError(f"ArrayCheckpoint arrays must share one dtype, got {sorted(map(str, dtypes))}")
+            raise InvalidTypeError(f"ArrayCheckpoint arrays must share one dtype, got {sorted(map(str, dtypes))}")
         self._arrays = arrays
         self._dtype = arrays[0].dtype
         self._size = sum(a.size for a in arrays)
@@ -99,20 +101,20 @@ def check_descriptor(checkpoint: object) -> int:
     """
     missing = [name for name in _REQUIRED if not hasattr(checkpoint, name)]
     if missing:
-        raise TypeError(
+        raise InvalidTypeError(
             f"checkpoint {type(checkpoint).__name__} lacks {', '.join(missing)}: a checkpoint "
             "descriptor needs size, dtype, get_data(t) and get_data_location(t)"
         )
     for name in ("get_data", "get_data_location"):
         if not callable(getattr(checkpoint, name)):
-            raise TypeError(f"checkpoint.{name} must be callable")
+            raise InvalidTypeError(f"checkpoint.{name} must be callable")
     size = checkpoint.size  # type: ignore[attr-defined]
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-        raise ValueError(f"checkpoint.size must be a positive int, got {size!r}")
+        raise InvalidValueError(f"checkpoint.size must be a positive int, got {size!r}")
     try:
         itemsize = np.dtype(checkpoint.dtype).itemsize  # type: ignore[attr-defined]
     except TypeError as exc:
-        raise TypeError(f"checkpoint.dtype {checkpoint.dtype!r} is not a numpy dtype") from exc  # type: ignore[attr-defined]
+        raise InvalidTypeError(f"checkpoint.dtype {checkpoint.dtype!r} is not a numpy dtype") from exc  # type: ignore[attr-defined]
     return int(size) * itemsize
 
 
@@ -127,17 +129,17 @@ def check_arrays(arrays: Any, nbytes: int, dtype: np.dtype, where: str) -> list[
         If their total size differs from the descriptor's, or a destination is read-only.
     """
     if isinstance(arrays, np.ndarray):
-        raise TypeError(f"{where} must return a list of arrays, got a single ndarray")
+        raise InvalidTypeError(f"{where} must return a list of arrays, got a single ndarray")
     arrays = list(arrays)
     total = 0
     for i, array in enumerate(arrays):
         if not isinstance(array, np.ndarray):
-            raise TypeError(f"{where}[{i}] is a {type(array).__name__}, expected numpy.ndarray")
+            raise InvalidTypeError(f"{where}[{i}] is a {type(array).__name__}, expected numpy.ndarray")
         if array.dtype != dtype:
-            raise TypeError(f"{where}[{i}] has dtype {array.dtype}, the checkpoint declares {dtype}")
+            raise InvalidTypeError(f"{where}[{i}] has dtype {array.dtype}, the checkpoint declares {dtype}")
         total += array.nbytes
     if total != nbytes:
-        raise ValueError(
+        raise InvalidValueError(
             f"{where} holds {total} bytes, the checkpoint declares {nbytes} "
             f"(size x itemsize of {np.dtype(dtype)})"
         )

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 import time
 from collections.abc import Iterator
@@ -11,51 +10,23 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from schedules import (
-    Advance,
-    AsyncMultistage,
-    EndForward,
-    EndReverse,
-    Free,
-    Load,
-    Prefetch,
-    Reverse,
-    Revolve,
-    Store,
-    Tier,
-)
-from schedules._args import check_bool
+from schedules import AsyncMultistage, EndForward, EndReverse, Revolve
 from schedules.actions import Action
 
 from ._buffers import copy_in, copy_out, padded
-from ._calibrate import THREAD_HANDOFF_S, measure_transfer
+from ._calibrate import THREAD_HANDOFF_S, measure_copy, measure_transfer, probe_forward
 from ._engine import TransferEngine
-from ._pool import POOL
+from ._interpreter import Interpreter, Level1
+from ._options import check_bool, check_choice, check_int, check_operator, parse_interval
 from ._tuning import CallFit, IntervalTuner, remember, remembered
 from .checkpoint import check_arrays, check_descriptor
-from .errors import TransferError
+from .errors import UsageError
 from .stats import Stats
 from .storage import Storage, open_storage
 
 __all__ = ["AsyncCheckpointer"]
 
 log = logging.getLogger(__name__)
-
-
-def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
-    value = int(value)
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return value
-
-
-def _check_operator(name: str, operator: object) -> None:
-    if not callable(getattr(operator, "apply", None)):
-        raise TypeError(f"{name} must have an apply(*, t_start, t_end) method; "
-                        f"got {type(operator).__name__}")
 
 
 class AsyncCheckpointer:
@@ -146,24 +117,17 @@ class AsyncCheckpointer:
     ) -> None:
         self._closed = True  # until construction succeeds
         self.nbytes = check_descriptor(checkpoint)
-        _check_operator("fwd_operator", fwd_operator)
-        _check_operator("rev_operator", rev_operator)
-        self.n_timesteps = _check_int("n_timesteps", n_timesteps, 1)
-        self.l1_slots = _check_int("l1_slots", l1_slots, 1)
-        if isinstance(interval, str) and interval != "auto":
-            raise ValueError(f"interval must be an int in [1, {n_timesteps}] or 'auto', "
-                             f"got {interval!r}")
-        if interval != "auto":
-            interval = _check_int("interval", interval, 1, self.n_timesteps)
-        staging_buffers = _check_int("staging_buffers", staging_buffers, 1)
-        io_threads = _check_int("io_threads", io_threads, 1)
-        if transfers not in ("auto", "background", "inline"):
-            raise ValueError(f"transfers must be 'auto', 'background' or 'inline', got {transfers!r}")
-        if on_level2_error not in ("raise", "recompute"):
-            raise ValueError(f"on_level2_error must be 'raise' or 'recompute', got "
-                             f"{on_level2_error!r}")
+        check_operator("fwd_operator", fwd_operator)
+        check_operator("rev_operator", rev_operator)
+        self.n_timesteps = check_int("n_timesteps", n_timesteps, 1)
+        self.l1_slots = check_int("l1_slots", l1_slots, 1)
+        interval = parse_interval(interval, self.n_timesteps)
+        staging_buffers = check_int("staging_buffers", staging_buffers, 1)
+        io_threads = check_int("io_threads", io_threads, 1)
+        check_choice("transfers", transfers, ("auto", "background", "inline"))
+        check_choice("on_level2_error", on_level2_error, ("raise", "recompute"))
         if blas_threads is not None:
-            blas_threads = _check_int("blas_threads", blas_threads, 1)
+            blas_threads = check_int("blas_threads", blas_threads, 1)
         self.taping = check_bool("taping", taping)
         self.checkpoint = checkpoint
         self.dtype = np.dtype(checkpoint.dtype)
@@ -178,7 +142,7 @@ class AsyncCheckpointer:
         self.schedule: AsyncMultistage | Revolve | None = None
         self._tuner: IntervalTuner | None = None
         self._tuner_key: tuple[object, ...] = ()
-        self._free_slots: list[np.ndarray] = []
+        self._level1 = Level1(self.nbytes)
         # every state the reverse sweep reads fits in Level-1: no Level-2 at all
         self.in_level1 = self.l1_slots >= self.n_timesteps - (1 if self.taping else 0)
         try:
@@ -203,6 +167,8 @@ class AsyncCheckpointer:
                 verify=verify,
                 on_error=on_level2_error,
             )
+            self._interpreter = Interpreter(checkpoint, self.nbytes, self.dtype, fwd_operator,
+                                            rev_operator, self._engine, self._level1)
             if interval == "auto" and not self.in_level1:
                 tw, tr = self.transfer_costs  # type: ignore[misc]
                 self._tuner_key = self._cost_key(fwd_operator, rev_operator, transfers)
@@ -212,7 +178,7 @@ class AsyncCheckpointer:
                 if self.n_timesteps == 1:
                     self._plan(1)
         except BaseException:
-            self._release_slots()
+            self._level1.release()
             if self._owns_storage:
                 self.storage.close()
             raise
@@ -221,11 +187,9 @@ class AsyncCheckpointer:
         self._closed = False
         self._actions: Iterator[Action] | None = None
         self._phase = "idle"  # idle -> forward-done -> idle
-        self._in_l1: dict[int, np.ndarray] = {}
-        self._known_arrays: list[np.ndarray] = []
         self._stats = Stats()
         self._fit = CallFit()
-        self._copies, self._copy_s = 0, 0.0
+        self._fresh_base = 0.0
         log.info("AsyncCheckpointer: n=%d I=%s l1_slots=%d, state %d bytes, Level-1 %.1f MiB, "
                  "Level-2 %r, transfers %s, taping %s", self.n_timesteps,
                  "Level-1 only" if self.in_level1 else interval, self.l1_slots, self.nbytes,
@@ -234,10 +198,10 @@ class AsyncCheckpointer:
     def _cost_key(self, fwd: object, rev: object, transfers: str) -> tuple[object, ...]:
         """What the measured unit costs depend on: the operators' kinds, the state size, the
         Level-2 device and the protocol."""
-        storage = self.storage
+        config = self.storage.get_config()
+        device = str(sorted(config.items())) if config else type(self.storage).__qualname__
         return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
-                type(rev).__qualname__, self.nbytes, type(storage).__qualname__,
-                str(getattr(storage, "path", "")), transfers, self.taping)
+                type(rev).__qualname__, self.nbytes, device, transfers, self.taping)
 
     def _plan_level1(self) -> None:
         """Run Revolve in the Level-1 slots alone, with no Level-2 (store-all there, when every
@@ -255,26 +219,13 @@ class AsyncCheckpointer:
                                         taping=self.taping)
         self.storage.reserve(self.nbytes, self.schedule.l2_states)
 
-    def _take_slot(self) -> np.ndarray:
-        """A free Level-1 slot: a released one, one a closed checkpointer left, or a new one."""
-        if self._free_slots:
-            return self._free_slots.pop()
-        return POOL.aligned(self.nbytes)
-
-    def _release_slots(self) -> None:
-        POOL.give(self._free_slots)
-        self._free_slots = []
-
-    def _measure_copy(self, arrays: list[np.ndarray], repeats: int = 3) -> float:
-        """Median seconds of the staging copy of one state (a store's cost to the caller)."""
-        times = []
-        slot = self._take_slot()
-        for _ in range(repeats):
-            start = time.perf_counter()
-            copy_out(arrays, slot)
-            times.append(time.perf_counter() - start)
-        self._free_slots.append(slot)
-        return sorted(times)[len(times) // 2]
+    def _measure_copy(self, arrays: list[np.ndarray]) -> float:
+        """Seconds of the staging copy of one state (a store's cost to the caller)."""
+        slot = self._level1.take()
+        try:
+            return measure_copy(arrays, [slot])
+        finally:
+            self._level1.give(slot)
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -294,8 +245,8 @@ class AsyncCheckpointer:
         self._stats = Stats(n_timesteps=self.n_timesteps, l1_slots=self.l1_slots,
                             l1_bytes=self.l1_bytes, taping=self.taping)
         self._fit = CallFit()
-        self._copies, self._copy_s = 0, 0.0
-        self._fresh_base = getattr(self.storage, "fresh_s", 0.0)
+        self._level1.copies, self._level1.copy_s = 0, 0.0
+        self._fresh_base = self.storage.fresh_s
         self._engine.reset_counters()
         tuner = self._tuner
         if tuner is not None and self.n_timesteps > 1:
@@ -319,7 +270,7 @@ class AsyncCheckpointer:
         or, taping-free, with the live state u_t)."""
         self._check_open()
         if self._phase != "forward-done":
-            raise ValueError("apply_reverse() needs a completed apply_forward() first "
+            raise UsageError("apply_reverse() needs a completed apply_forward() first "
                              f"(the checkpointer is {self._phase!r})")
         self._phase = "reverse"
         start = time.perf_counter()
@@ -351,33 +302,24 @@ class AsyncCheckpointer:
             self._plan(choice.interval)
 
     def _probe(self, tuner: IntervalTuner) -> None:
-        """The first run with ``interval="auto"`` and no costs yet: time the forward operator on
-        the opening steps, one step in a call twice (the first call may compile or warm caches),
-        then several in one call, to tell its per-call cost from its per-step cost. u_0 is kept in
-        a Level-1 slot and restored, so the schedule then runs from u_0 as it is."""
-        n, stats, fwd = self.n_timesteps, self._stats, self.fwd_operator
-        held = self._take_slot()
-        clock = time.perf_counter
+        """The first run with ``interval="auto"`` and no costs yet: time the opening forward calls
+        (see :func:`~asyncckpt._calibrate.probe_forward`). u_0 is kept in a Level-1 slot and
+        restored, so the schedule then runs from u_0 as it is."""
+        stats, arrays = self._stats, self._interpreter.arrays
+        held = self._level1.take()
         try:
-            copy_out(self._checked(self.checkpoint.get_data(0), "get_data", 0), held)
-            lengths = [1, 1, min(8, n - 2)] if n >= 4 else [1]
-            times, t = [], 0
-            for length in lengths:
-                start = clock()
-                fwd.apply(t_start=t, t_end=t + length)
-                times.append(clock() - start)
-                t += length
-            stats.forward_compute_s += sum(times)
-            stats.forward_steps += t
-            stats.probe_steps = t
+            copy_out(arrays(0, into=False), held)
+            lengths, seconds = probe_forward(self.fwd_operator, self.n_timesteps)
+            stats.forward_compute_s += sum(seconds)
+            stats.forward_steps += sum(lengths)
+            stats.probe_steps = sum(lengths)
             if len(lengths) == 3:
-                tuner.probed(times[1], times[2], lengths[2])
+                tuner.probed(seconds[1], seconds[2], lengths[2])
             else:
-                tuner.tf, tuner.tcall = max(times[0], 1e-9), 0.0
-            copy_in(held, self._checked(self.checkpoint.get_data_location(0),
-                                        "get_data_location", 0))
+                tuner.tf, tuner.tcall = max(seconds[0], 1e-9), 0.0
+            copy_in(held, arrays(0, into=True))
         finally:
-            self._free_slots.append(held)
+            self._level1.give(held)
 
     def close(self) -> None:
         """Stop the I/O threads and release Level-2 (delete its files); safe to call twice."""
@@ -391,8 +333,7 @@ class AsyncCheckpointer:
             self._engine.close()
             if self._owns_storage:
                 self.storage.close()
-            self._release_slots()
-            self._in_l1.clear()
+            self._level1.release()
 
     def __enter__(self) -> "AsyncCheckpointer":
         return self
@@ -416,12 +357,11 @@ class AsyncCheckpointer:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ValueError("the AsyncCheckpointer is closed")
+            raise UsageError("the AsyncCheckpointer is closed")
 
     def _abandon_run(self) -> None:
         self._engine.discard()
-        self._free_slots.extend(self._in_l1.values())
-        self._in_l1.clear()
+        self._level1.abandon()
         self._actions = None
         self._phase = "idle"
 
@@ -434,102 +374,17 @@ class AsyncCheckpointer:
         stats.write_busy_s, stats.read_busy_s = engine.write_busy_s, engine.read_busy_s
         stats.l2_peak_states = engine.peak_held
         stats.l2_failures = engine.failures
-        stats.write_fresh_s = getattr(self.storage, "fresh_s", 0.0) - self._fresh_base
-        stats.copies = self._copies + engine.copies
-        stats.copy_s = self._copy_s + engine.copy_s
+        stats.write_fresh_s = self.storage.fresh_s - self._fresh_base
+        stats.copies = self._level1.copies + engine.copies
+        stats.copy_s = self._level1.copy_s + engine.copy_s
         stats.forward_calls = self._fit.calls
 
-    def _run(self, until: type) -> None:
+    def _run(self, until: type[EndForward] | type[EndReverse]) -> None:
         assert self._actions is not None
         limits = (threadpool_limits(limits=self.blas_threads, user_api="blas")
                   if self.blas_threads is not None else None)
         try:
-            self._interpret(until)
+            self._interpreter.run(self._actions, until, self._stats, self._fit, self.interval)
         finally:
             if limits is not None:
                 limits.restore_original_limits()
-
-    def _checked(self, arrays: Any, method: str, step: int) -> list[np.ndarray]:
-        """``arrays`` from the descriptor, checked against its size and dtype (once for as long as
-        it keeps returning the same array objects)."""
-        known = self._known_arrays
-        if (isinstance(arrays, (list, tuple)) and len(arrays) == len(known)
-                and all(a is b for a, b in zip(arrays, known))):
-            return known
-        checked = check_arrays(arrays, self.nbytes, self.dtype, f"checkpoint.{method}({step})")
-        self._known_arrays = checked
-        return checked
-
-    def _recompute(self, step: int) -> None:
-        """Rebuild the lost u_step in the live state (and its prefetch buffer): read it once
-        more, else advance from the nearest earlier interval start that can still be read."""
-        stats = self._stats
-        if self._engine.reread(step, self._checked(self.checkpoint.get_data_location(step),
-                                                   "get_data_location", step)):
-            return
-        for start in range(step - self.interval, -1, -self.interval):
-            arrays = self._checked(self.checkpoint.get_data_location(start), "get_data_location",
-                                   start)
-            if self._engine.fetch(start, arrays, via=step):
-                clock = time.perf_counter()
-                self.fwd_operator.apply(t_start=start, t_end=step)
-                stats.forward_compute_s += time.perf_counter() - clock
-                stats.forward_steps += step - start
-                stats.recovery_steps += step - start
-                self._engine.recovered(
-                    step, self._checked(self.checkpoint.get_data(step), "get_data", step))
-                return
-        raise TransferError(f"u_{step} is lost on Level-2 {self.storage!r} and no earlier "
-                            "checkpoint can be read to recompute it")
-
-    def _interpret(self, until: type) -> None:
-        checkpoint, stats, engine, fit = self.checkpoint, self._stats, self._engine, self._fit
-        fwd, rev = self.fwd_operator, self.rev_operator
-        in_l1 = self._in_l1
-        clock = time.perf_counter
-        for action in self._actions:  # type: ignore[union-attr]
-            if isinstance(action, Advance):
-                start = clock()
-                fwd.apply(t_start=action.start, t_end=action.end)
-                elapsed = clock() - start
-                stats.forward_compute_s += elapsed
-                stats.forward_steps += action.end - action.start
-                fit.add(action.end - action.start, elapsed)
-            elif isinstance(action, Reverse):
-                start = clock()
-                rev.apply(t_start=action.step, t_end=action.step + 1)
-                stats.reverse_compute_s += clock() - start
-                stats.reverse_steps += 1
-            elif isinstance(action, Load):
-                arrays = self._checked(checkpoint.get_data_location(action.step),
-                                       "get_data_location", action.step)
-                if action.tier is Tier.L1:
-                    start = clock()
-                    copy_in(in_l1[action.step], arrays)
-                    self._copy_s += clock() - start
-                    self._copies += 1
-                elif not engine.load(action.step, arrays):
-                    self._recompute(action.step)
-            elif isinstance(action, Store):
-                arrays = self._checked(checkpoint.get_data(action.step), "get_data", action.step)
-                if action.tier is Tier.L1:
-                    buffer = self._take_slot()
-                    start = clock()
-                    copy_out(arrays, buffer)
-                    self._copy_s += clock() - start
-                    self._copies += 1
-                    in_l1[action.step] = buffer
-                    stats.l1_peak_slots = max(stats.l1_peak_slots, len(in_l1))
-                else:
-                    engine.store(action.step, arrays)
-            elif isinstance(action, Free):
-                if action.tier is Tier.L1:
-                    self._free_slots.append(in_l1.pop(action.step))
-                else:
-                    engine.free(action.step)
-            elif isinstance(action, Prefetch):
-                engine.prefetch(action.step)
-            if type(action) is until:
-                return
-            if isinstance(action, EndForward) or isinstance(action, EndReverse):
-                raise AssertionError(f"unexpected {action!r}")

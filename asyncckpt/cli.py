@@ -19,7 +19,7 @@ from schedules.model import (
 
 from ._buffers import aligned_buffer, copy_out
 from ._calibrate import measure_transfer
-from .storage import FileStorage, HostMemoryStorage, Storage
+from .storage import Storage, open_storage
 
 __all__ = ["main", "build_parser"]
 
@@ -81,9 +81,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _storage(text: str) -> Storage:
-    if text.lower() == "dram":
-        return HostMemoryStorage()
-    return FileStorage(text)
+    return open_storage(text)[0]
 
 
 def _mib(text: str) -> int:

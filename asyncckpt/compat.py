@@ -29,9 +29,11 @@ import psutil
 from schedules import simulate
 
 from ._buffers import padded
+from ._options import environment, parse_flag, parse_interval
 from ._pool import POOL
 from .checkpoint import Checkpoint, check_descriptor
 from .checkpointer import AsyncCheckpointer
+from .errors import InvalidValueError, MemoryBudgetError
 from .stats import Stats
 from .storage import Storage
 
@@ -60,19 +62,11 @@ def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None)
         available = psutil.virtual_memory().available + POOL.nbytes
     fit = int(MEMORY_SHARE * available // padded(nbytes)) - 4
     if fit < 1:
-        raise MemoryError(
+        raise MemoryBudgetError(
             f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
             f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
         )
     return max(1, min(fit, n_timesteps))
-
-
-def _from_environment(name: str) -> str | None:
-    value = os.environ.get(name, "").strip()
-    return value or None
-
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def taping_from_environment() -> bool:
@@ -80,16 +74,11 @@ def taping_from_environment() -> bool:
 
     Raises
     ------
-    ValueError
+    InvalidValueError
         Naming the variable and the accepted values.
     """
-    text = (_from_environment("ASYNCCKPT_TAPING") or "1").lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f"ASYNCCKPT_TAPING must be 1 or 0 (or true/false, yes/no, on/off), got "
-                     f"{os.environ['ASYNCCKPT_TAPING']!r}")
+    text = environment("ASYNCCKPT_TAPING")
+    return True if text is None else parse_flag("ASYNCCKPT_TAPING", text)
 
 
 class Revolver:
@@ -128,7 +117,7 @@ class Revolver:
                  interval: int | str | None = None, taping: bool | None = None,
                  **options: Any) -> None:
         if n_timesteps is None:
-            raise ValueError("n_timesteps is None: online checkpointing (unknown n) is not "
+            raise InvalidValueError("n_timesteps is None: online checkpointing (unknown n) is not "
                              "supported; give the number of time steps")
         nbytes = check_descriptor(checkpoint)
         if n_checkpoints is None:
@@ -136,21 +125,13 @@ class Revolver:
                 n_checkpoints = choose_l1_slots(nbytes, n_timesteps)
         elif isinstance(n_checkpoints, int) and not isinstance(n_checkpoints, bool) \
                 and n_checkpoints < 1:
-            raise ValueError(f"n_checkpoints must be >= 1 (one Level-1 slot at least), got "
+            raise InvalidValueError(f"n_checkpoints must be >= 1 (one Level-1 slot at least), got "
                              f"{n_checkpoints}")
         if storage is None:
-            storage = _from_environment("ASYNCCKPT_STORAGE")
-        if isinstance(storage, str) and storage.lower() == "dram":
-            storage = None
+            storage = environment("ASYNCCKPT_STORAGE")
         if interval is None:
-            text = _from_environment("ASYNCCKPT_INTERVAL") or "auto"
-            try:
-                interval = int(text)
-            except ValueError:
-                if text != "auto":
-                    raise ValueError(f"ASYNCCKPT_INTERVAL must be a positive integer or 'auto', "
-                                     f"got {text!r}") from None
-                interval = text
+            interval = parse_interval(environment("ASYNCCKPT_INTERVAL") or "auto",
+                                      name="ASYNCCKPT_INTERVAL")
         if taping is None:
             taping = taping_from_environment()
         self.checkpoint = checkpoint

@@ -1,20 +1,56 @@
-"""The exceptions asyncckpt raises beyond ValueError and TypeError."""
+"""Every exception asyncckpt raises for misuse or failure: one tree under :class:`CheckpointError`.
+
+::
+
+    CheckpointError
+    ├── InvalidValueError (ValueError)      bad argument, option or environment variable
+    ├── InvalidTypeError (TypeError)        wrong type; an object lacking the protocol's methods
+    ├── ScheduleError (ValueError)          a schedule breaks an invariant
+    ├── UsageError (ValueError)             a call out of order: closed, reverse before forward
+    ├── MemoryBudgetError (MemoryError)     the memory at hand cannot hold what the run needs
+    ├── StorageError                        a Level-2 backend failed or was misused
+    │   ├── StorageKeyError (KeyError)      a key missing, or stored twice
+    │   ├── StorageFullError                no room on the device
+    │   └── CorruptionError                 a read does not match its checksum
+    └── TransferError                       a background transfer failed; its cause is chained
+"""
 from __future__ import annotations
 
-from schedules import CheckpointError, ScheduleError
+from schedules._errors import CheckpointError, InvalidTypeError, InvalidValueError, ScheduleError
 
 __all__ = [
     "CheckpointError",
+    "InvalidValueError",
+    "InvalidTypeError",
     "ScheduleError",
+    "UsageError",
+    "MemoryBudgetError",
     "StorageError",
+    "StorageKeyError",
     "StorageFullError",
     "CorruptionError",
     "TransferError",
 ]
 
 
+class UsageError(CheckpointError, ValueError):
+    """A call the object's state does not allow: a closed checkpointer, or ``apply_reverse()``
+    before a completed ``apply_forward()``. (A ValueError, as these were before the hierarchy.)"""
+
+
+class MemoryBudgetError(CheckpointError, MemoryError):
+    """The memory at hand cannot hold what the run needs: not even one Level-1 slot."""
+
+
 class StorageError(CheckpointError):
-    """A Level-2 backend could not store, read or delete a state."""
+    """A Level-2 backend could not store, read or delete a state, or was used after close."""
+
+
+class StorageKeyError(StorageError, KeyError):
+    """``get`` or ``delete`` of a key that is not stored, or ``put`` of one that is."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; this one is a sentence
+        return str(self.args[0]) if self.args else ""
 
 
 class StorageFullError(StorageError):

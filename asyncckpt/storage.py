@@ -21,7 +21,8 @@ import psutil
 
 from ._buffers import PAGE, aligned_buffer, padded, touched
 from ._pool import POOL
-from .errors import StorageError, StorageFullError
+from .errors import (InvalidTypeError, InvalidValueError, StorageError, StorageFullError,
+                     StorageKeyError)
 
 __all__ = [
     "Storage",
@@ -42,23 +43,54 @@ def _gib(nbytes: float) -> str:
 
 
 class Storage(abc.ABC):
-    """The Level-2 abstract base.
+    """The Level-2 abstract base: the contract every backend keeps.
 
-    Subclass it, or a concrete backend, to add a backend or to inject faults: the checkpointer
-    accepts any instance that implements the five methods below.
+    Keys are ints (the step t, or negative for the checkpointer's own probes); a value is the
+    bytes of one flat uint8 buffer. The five abstract methods are the whole required contract;
+    :meth:`reserve`, :meth:`adopt` and :meth:`get_config` have working defaults that a backend
+    overrides where it can do better. ``put``, ``get``, ``adopt`` and ``delete`` run on the
+    transfer engine's worker threads, so they must be safe to call from several threads at
+    once for distinct keys. :class:`asyncckpt.testing.StorageTests` checks a backend against
+    this contract.
+
+    Subclass it, or a concrete backend, to add a backend or to inject faults.
     """
+
+    #: Seconds spent obtaining fresh memory (first-touch page faults) inside ``put`` and
+    #: ``adopt``; the tuner prices writes without it. Backends that allocate as they go count it.
+    fresh_s: float = 0.0
 
     @abc.abstractmethod
     def put(self, key: int, buf: np.ndarray) -> None:
-        """Store the bytes of ``buf`` (a 1-d uint8 array) under ``key``, replacing nothing."""
+        """Store a copy of the bytes of ``buf`` (a 1-d uint8 array) under ``key``.
+
+        Raises
+        ------
+        StorageKeyError
+            If ``key`` is stored already (nothing is replaced).
+        StorageError
+            If the storage is closed, or the device fails.
+        """
 
     @abc.abstractmethod
     def get(self, key: int, out: np.ndarray) -> None:
-        """Copy the bytes stored under ``key`` into ``out`` (a writable 1-d uint8 array)."""
+        """Copy the bytes stored under ``key`` into ``out`` (a writable 1-d uint8 array).
+
+        Raises
+        ------
+        StorageKeyError
+            If ``key`` is not stored.
+        """
 
     @abc.abstractmethod
     def delete(self, key: int) -> None:
-        """Forget ``key`` and release its space."""
+        """Forget ``key`` and release its space.
+
+        Raises
+        ------
+        StorageKeyError
+            If ``key`` is not stored.
+        """
 
     @abc.abstractmethod
     def __contains__(self, key: object) -> bool:
@@ -66,16 +98,33 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None:
-        """Release everything; safe to call twice."""
+        """Release everything; safe to call twice. ``put`` afterwards raises StorageError."""
 
     def reserve(self, nbytes: int, count: int) -> None:
-        """Prepare room for ``count`` values of ``nbytes`` bytes before the run (optional).
+        """Prepare room for ``count`` values of ``nbytes`` bytes before the run. The default does
+        nothing.
 
         Raises
         ------
         StorageFullError
             Where a backend can tell that they will not fit.
         """
+
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        """Store the first ``nbytes`` bytes of ``buffer`` (a staging buffer the caller gives up)
+        under ``key``; return a buffer of at least ``nbytes`` bytes to stage into next.
+
+        The default is :meth:`put`, returning ``buffer`` itself. A backend that can keep the
+        buffer as the stored copy (DRAM) returns a spare one instead and saves a copy; a
+        subclass that changes what ``put`` does must then route ``adopt`` through it as well.
+        """
+        self.put(key, buffer[:nbytes])
+        return buffer
+
+    def get_config(self) -> dict[str, Any] | None:
+        """A plain dict that :func:`from_config` rebuilds the backend from (in another process,
+        say), or None where the backend cannot be rebuilt from one (the default)."""
+        return None
 
     def __enter__(self) -> "Storage":
         return self
@@ -111,9 +160,7 @@ class HostMemoryStorage(Storage):
         self._spare: list[np.ndarray] = []
         self._nbytes: int | None = None
         self._closed = False
-        #: Seconds spent getting buffers (from the pool, or faulting fresh pages in): the part of
-        #: a write that a kept buffer does not pay.
-        self.fresh_s = 0.0
+        self.fresh_s = 0.0  # buffers from the pool or fresh pages: what a kept buffer avoids
 
     def __repr__(self) -> str:
         return "HostMemoryStorage()"
@@ -139,7 +186,7 @@ class HostMemoryStorage(Storage):
     def _check_size(self, nbytes: int) -> None:
         if self._nbytes != nbytes:
             if self._stored:
-                raise ValueError(
+                raise InvalidValueError(
                     f"HostMemoryStorage holds states of {self._nbytes} bytes; got {nbytes}"
                 )
             self._nbytes, self._spare = nbytes, []
@@ -167,7 +214,7 @@ class HostMemoryStorage(Storage):
                 raise StorageError(f"HostMemoryStorage.put({key}): the storage is closed")
             self._check_size(buf.nbytes)
             if key in self._stored:
-                raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
+                raise StorageKeyError(f"HostMemoryStorage.put({key}): key already stored")
             target = self._spare.pop() if self._spare else None
         if target is None:
             target = self._fresh(buf.nbytes)
@@ -176,23 +223,15 @@ class HostMemoryStorage(Storage):
             self._stored[key] = target
 
     def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
-        """Keep ``buffer`` (a page-aligned Level-1 staging buffer whose first ``nbytes`` bytes are
-        the state) as the stored copy of ``key``, and return a spare buffer of at least ``nbytes``
-        bytes in exchange.
-
-        In DRAM the staging copy already is the transfer: handing the buffer over saves a second
-        memory copy per store. A subclass that overrides :meth:`put` (to add faults, say) gets
-        its ``put`` called instead, and the buffer back.
-        """
-        if type(self).put is not HostMemoryStorage.put:
-            self.put(key, buffer[:nbytes])
-            return buffer
+        """Keep ``buffer`` itself as the stored copy of ``key`` and return a spare buffer of at
+        least ``nbytes`` bytes in exchange: in DRAM the staging copy already is the transfer, so
+        handing the buffer over saves a second memory copy per store."""
         with self._lock:
             if self._closed:
-                raise StorageError(f"HostMemoryStorage.put({key}): the storage is closed")
+                raise StorageError(f"HostMemoryStorage.adopt({key}): the storage is closed")
             self._check_size(nbytes)
             if key in self._stored:
-                raise KeyError(f"HostMemoryStorage.put({key}): key already stored")
+                raise StorageKeyError(f"HostMemoryStorage.adopt({key}): key already stored")
             spare = self._spare.pop() if self._spare else None
             self._stored[key] = buffer
         return spare if spare is not None else self._fresh(nbytes)
@@ -201,14 +240,14 @@ class HostMemoryStorage(Storage):
         with self._lock:
             source = self._stored.get(key)
         if source is None:
-            raise KeyError(f"HostMemoryStorage.get({key}): key not stored")
+            raise StorageKeyError(f"HostMemoryStorage.get({key}): key not stored")
         np.copyto(out, source[: out.nbytes])
 
     def delete(self, key: int) -> None:
         with self._lock:
             buffer = self._stored.pop(key, None)
             if buffer is None:
-                raise KeyError(f"HostMemoryStorage.delete({key}): key not stored")
+                raise StorageKeyError(f"HostMemoryStorage.delete({key}): key not stored")
             self._spare.append(buffer)
 
     def __contains__(self, key: object) -> bool:
@@ -251,11 +290,11 @@ class FileStorage(Storage):
     def __init__(self, path: str | os.PathLike[str], *, direct: bool | None = None,
                  direct_min_bytes: int = 1 << 20) -> None:
         if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"FileStorage path must be a str or os.PathLike, got {type(path).__name__}")
+            raise InvalidTypeError(f"FileStorage path must be a str or os.PathLike, got {type(path).__name__}")
         root = Path(path)
         self._made_root: Path | None = None
         if root.exists() and not root.is_dir():
-            raise ValueError(f"FileStorage path {str(root)!r} is not a directory")
+            raise InvalidValueError(f"FileStorage path {str(root)!r} is not a directory")
         if not root.exists():
             missing = root
             while not missing.parent.exists():
@@ -263,18 +302,18 @@ class FileStorage(Storage):
             try:
                 root.mkdir(parents=True, mode=0o700)
             except OSError as exc:
-                raise ValueError(f"FileStorage path {str(root)!r} does not exist and cannot be "
+                raise InvalidValueError(f"FileStorage path {str(root)!r} does not exist and cannot be "
                                  f"created: {exc.strerror}") from exc
             self._made_root = missing
         if not os.access(root, os.W_OK | os.X_OK):
-            raise ValueError(f"FileStorage path {str(root)!r} is not writable")
+            raise InvalidValueError(f"FileStorage path {str(root)!r} is not writable")
         self.path = root
         self.direct_min_bytes = direct_min_bytes
         try:
             self.directory = Path(tempfile.mkdtemp(prefix="asyncckpt-", dir=root))
         except OSError as exc:
             self._remove_made_root()
-            raise ValueError(f"FileStorage cannot create its directory under {str(root)!r}: "
+            raise InvalidValueError(f"FileStorage cannot create its directory under {str(root)!r}: "
                              f"{exc.strerror}") from exc
         self._file = self.directory / "level2.dat"
         self._fd = self._direct_fd = -1
@@ -290,7 +329,7 @@ class FileStorage(Storage):
             except OSError as exc:
                 if direct:
                     self._cleanup()
-                    raise ValueError(f"FileStorage: O_DIRECT is not supported under "
+                    raise InvalidValueError(f"FileStorage: O_DIRECT is not supported under "
                                      f"{str(root)!r}: {exc.strerror}") from exc
         self._lock = threading.Lock()
         self._bounce = threading.local()
@@ -319,7 +358,7 @@ class FileStorage(Storage):
     def _set_size(self, nbytes: int) -> None:
         if self._nbytes != nbytes:
             if self._slots:
-                raise ValueError(f"FileStorage holds states of {self._nbytes} bytes; got {nbytes}")
+                raise InvalidValueError(f"FileStorage holds states of {self._nbytes} bytes; got {nbytes}")
             self._nbytes, self._record = nbytes, padded(nbytes)
             self._free, self._n_records, self._allocated = [], 0, 0
 
@@ -372,7 +411,7 @@ class FileStorage(Storage):
                 raise StorageError(f"FileStorage.put({key}): the storage is closed")
             self._set_size(buf.nbytes)
             if key in self._slots:
-                raise KeyError(f"FileStorage.put({key}): key already stored")
+                raise StorageKeyError(f"FileStorage.put({key}): key already stored")
             if self._free:
                 slot = self._free.pop()
             else:
@@ -418,7 +457,7 @@ class FileStorage(Storage):
         with self._lock:
             slot = self._slots.get(key)
         if slot is None:
-            raise KeyError(f"FileStorage.get({key}): key not stored")
+            raise StorageKeyError(f"FileStorage.get({key}): key not stored")
         offset = slot * self._record
         nbytes = out.nbytes
         if not self._aligned(out):
@@ -456,7 +495,7 @@ class FileStorage(Storage):
         with self._lock:
             slot = self._slots.pop(key, None)
             if slot is None:
-                raise KeyError(f"FileStorage.delete({key}): key not stored")
+                raise StorageKeyError(f"FileStorage.delete({key}): key not stored")
             self._free.append(slot)
 
     def __contains__(self, key: object) -> bool:
@@ -511,28 +550,32 @@ def from_config(config: dict[str, Any]) -> Storage:
                                           "FileStorage": FileStorage}
     name = config.get("name")
     if name not in backends:
-        raise ValueError(f"config name {name!r} is not a storage backend; expected one of "
+        raise InvalidValueError(f"config name {name!r} is not a storage backend; expected one of "
                          f"{', '.join(sorted(backends))}")
     return backends[name](**{k: v for k, v in config.items() if k != "name"})
 
 
 def open_storage(storage: Storage | str | os.PathLike[str] | None) -> tuple[Storage, bool]:
-    """Resolve the ``storage`` argument of the checkpointer.
+    """Resolve a Level-2 spec: None or "dram" (any case) for host DRAM, a path for a
+    :class:`FileStorage` in a private directory under it, or a :class:`Storage` instance.
 
     Returns
     -------
     (Storage, bool)
-        The backend, and whether the caller made it (and so must close it).
+        The backend, and whether this call made it (and so whoever called must close it).
+
+    Raises
+    ------
+    InvalidTypeError
+        If ``storage`` is none of those.
     """
-    if storage is None:
+    if storage is None or (isinstance(storage, str) and storage.strip().lower() == "dram"):
         return HostMemoryStorage(), True
     if isinstance(storage, (str, os.PathLike)):
         return FileStorage(storage), True
-    missing = [name for name in ("put", "get", "delete", "__contains__", "close")
-               if not callable(getattr(storage, name, None))]
-    if missing:
-        raise TypeError(
-            f"storage must be None (host DRAM), a path, or a Storage; {type(storage).__name__} "
-            f"lacks {', '.join(missing)}"
-        )
-    return storage, False  # type: ignore[return-value]
+    if isinstance(storage, Storage):
+        return storage, False
+    raise InvalidTypeError(
+        f"storage must be None or 'dram' (host DRAM), a path, or an asyncckpt.storage.Storage "
+        f"instance; got {type(storage).__name__}"
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ._errors import CheckpointError, ScheduleError
+from ._errors import CheckpointError, InvalidTypeError, InvalidValueError, ScheduleError
 from .actions import (
     Action,
     Advance,
@@ -38,7 +38,7 @@ def from_config(config: Mapping[str, object]) -> Revolve | AsyncMultistage | Che
     """
     name = config.get("name")
     if name not in _BY_NAME:
-        raise ValueError(f"config name {name!r} is not a schedule; expected one of "
+        raise InvalidValueError(f"config name {name!r} is not a schedule; expected one of "
                          f"{', '.join(sorted(_BY_NAME))}")
     arguments = {k: v for k, v in config.items() if k != "name"}
     return _BY_NAME[name](**arguments)  # type: ignore[arg-type]
@@ -52,6 +52,8 @@ __all__ = [
     "EndForward",
     "EndReverse",
     "Free",
+    "InvalidTypeError",
+    "InvalidValueError",
     "Load",
     "Prefetch",
     "Reverse",

@@ -1,7 +1,9 @@
-"""Checks for the integer arguments of schedules."""
+"""Checks of integer and flag arguments, shared by the schedules and the runtime."""
 from __future__ import annotations
 
 import numbers
+
+from ._errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["check_bool", "check_int"]
 
@@ -17,12 +19,11 @@ def check_int(name: str, value: object, minimum: int, maximum: int | None = None
         If ``value`` is below ``minimum`` or above ``maximum``.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
+        raise InvalidTypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
     value = int(value)
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"an int in [{minimum}, {maximum}]"
+        raise InvalidValueError(f"{name} must be {bound}, got {value}")
     return value
 
 
@@ -35,6 +36,6 @@ def check_bool(name: str, value: object) -> bool:
         If ``value`` is not True or False (0 and 1 are refused: a flag is not a count).
     """
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r} of type "
+        raise InvalidTypeError(f"{name} must be True or False, got {value!r} of type "
                         f"{type(value).__name__}")
     return value

@@ -1,15 +1,27 @@
-"""The base of asyncckpt's errors, and the one schedules raise.
+"""The base of asyncckpt's errors, and the errors schedules raise.
 
-The base lives here, beside the schedules that cannot import the runtime, so that one
-``except CheckpointError`` catches every error of both packages.
+They live here, beside the schedules that cannot import the runtime, so that one
+``except CheckpointError`` catches every error of both packages. Each concrete error also derives
+from the built-in exception a caller would catch without knowing asyncckpt (ValueError,
+TypeError, KeyError, RuntimeError), so code written against those keeps working.
 """
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "ScheduleError"]
+__all__ = ["CheckpointError", "InvalidTypeError", "InvalidValueError", "ScheduleError"]
 
 
 class CheckpointError(Exception):
     """Base of the errors of asyncckpt and its schedules."""
+
+
+class InvalidValueError(CheckpointError, ValueError):
+    """An argument, an option or an environment variable has a value outside what is accepted:
+    the message names it, the value and what was expected."""
+
+
+class InvalidTypeError(CheckpointError, TypeError):
+    """An argument has the wrong type, or an object lacks the methods the protocol needs: the
+    message names it and what was expected."""
 
 
 class ScheduleError(CheckpointError, ValueError):

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ._args import check_int
+from ._errors import InvalidValueError
 from .actions import Advance, EndForward, Free, Load, Prefetch, Reverse, Store, Tier
 from .revolve import checkpoints_taken, optimal_recomputations
 
@@ -51,13 +52,13 @@ class Costs:
         for name in ("tf", "tb", "tw", "tr", "tc", "tcall"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise ValueError(f"Costs.{name} must be a finite number of seconds, got {value!r}")
+                raise InvalidValueError(f"Costs.{name} must be a finite number of seconds, got {value!r}")
             if value < 0:
-                raise ValueError(f"Costs.{name} must be >= 0, got {value!r}")
+                raise InvalidValueError(f"Costs.{name} must be >= 0, got {value!r}")
         if self.tf <= 0:
-            raise ValueError(f"Costs.tf must be > 0 (the time of one forward step), got {self.tf!r}")
+            raise InvalidValueError(f"Costs.tf must be > 0 (the time of one forward step), got {self.tf!r}")
         if self.tb < self.tf:
-            raise ValueError(f"Costs.tb includes the taping forward step, so it must be >= tf "
+            raise InvalidValueError(f"Costs.tb includes the taping forward step, so it must be >= tf "
                              f"({self.tf!r}); got {self.tb!r}")
 
     def advance(self, steps: int) -> float:

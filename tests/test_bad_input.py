@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, CheckpointError
 from workloads import Forward, RecurrentCell, Reverse
 
 
@@ -28,21 +28,29 @@ def make(n: int = 10, **overrides):
         (dict(n=2.0), TypeError, "n_timesteps must be an int, got 2.0"),
         (dict(n="10"), TypeError, "n_timesteps must be an int"),
         (dict(l1_slots=0), ValueError, "l1_slots must be >= 1, got 0"),
-        (dict(interval=0), ValueError, r"interval must be in \[1, 10\], got 0"),
-        (dict(interval=11), ValueError, r"interval must be in \[1, 10\], got 11"),
+        (dict(interval=0), ValueError, r"interval must be an int in \[1, 10\], got 0"),
+        (dict(interval=11), ValueError, r"interval must be an int in \[1, 10\], got 11"),
+        (dict(interval="fast"), ValueError, r"interval must be an int in \[1, 10\] or 'auto', "
+                                            "got 'fast'"),
         (dict(interval=None), TypeError, "interval must be an int"),
         (dict(staging_buffers=0), ValueError, "staging_buffers must be >= 1, got 0"),
-        (dict(transfers="sometimes"), ValueError, "transfers must be 'auto', 'background' or "
+        (dict(transfers="sometimes"), ValueError, "transfers must be one of 'auto', 'background', "
                                                   "'inline', got 'sometimes'"),
+        (dict(on_level2_error="ignore"), ValueError, "on_level2_error must be one of 'raise', "
+                                                     "'recompute', got 'ignore'"),
+        (dict(taping=0), TypeError, "taping must be True or False, got 0"),
         (dict(fwd=object()), TypeError, "fwd_operator must have an apply"),
         (dict(rev=lambda t: t), TypeError, "rev_operator must have an apply"),
-        (dict(storage=42), TypeError, "storage must be None .* int lacks put"),
+        (dict(storage=42), TypeError, "storage must be None or 'dram' .* got int"),
     ],
 )
 def test_bad_arguments(kwargs: dict, error: type, message: str) -> None:
+    """Each names the value and what is accepted, and is a CheckpointError as well as the
+    built-in error a caller would catch."""
     n = kwargs.pop("n", 10)
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as raised:
         make(n, **kwargs)
+    assert isinstance(raised.value, CheckpointError)
 
 
 def test_storage_path_that_is_a_file(tmp_path: Path) -> None:

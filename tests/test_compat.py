@@ -142,7 +142,7 @@ def test_storage_and_interval_from_the_environment(monkeypatch, disk_dir) -> Non
 def test_bad_interval_in_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("ASYNCCKPT_INTERVAL", "often")
     model = RecurrentCell(10)
-    with pytest.raises(ValueError, match="ASYNCCKPT_INTERVAL must be a positive integer or "
+    with pytest.raises(ValueError, match="ASYNCCKPT_INTERVAL must be a positive int or "
                                          "'auto', got 'often'"):
         Revolver(model, Forward(model), Reverse(model), 2, 10)
 

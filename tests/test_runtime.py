@@ -149,6 +149,11 @@ class GatedStorage(HostMemoryStorage):
         assert self.gate.wait(30), "the test never opened the gate"
         super().put(key, buf)
 
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        self.started.release()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super().adopt(key, buffer, nbytes)
+
 
 def test_forward_sweep_advances_while_writes_are_pending() -> None:
     n, interval, staging = 40, 4, 3

@@ -140,8 +140,8 @@ def test_chen_is_valid(n: int) -> None:
     [
         (lambda: Revolve(0, 1), "n_steps must be >= 1, got 0"),
         (lambda: Revolve(5, 0), "snaps must be >= 1, got 0"),
-        (lambda: AsyncMultistage(10, 0, 2), "interval must be >= 1, got 0"),
-        (lambda: AsyncMultistage(10, 11, 2), "interval must be <= 10, got 11"),
+        (lambda: AsyncMultistage(10, 0, 2), r"interval must be an int in \[1, 10\], got 0"),
+        (lambda: AsyncMultistage(10, 11, 2), r"interval must be an int in \[1, 10\], got 11"),
         (lambda: AsyncMultistage(10, 2, 0), "l1_slots must be >= 1, got 0"),
         (lambda: Chen(-3), "n_steps must be >= 1, got -3"),
     ],

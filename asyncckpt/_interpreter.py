@@ -1,0 +1,186 @@
+"""Runs a schedule's actions on the user's operators, the Level-1 slots and the transfer engine.
+
+The interpreter never invents an order of work: what :func:`schedules.simulate` validates and
+the model prices is what runs.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, assert_never
+
+import numpy as np
+
+from schedules import (
+    Advance,
+    EndForward,
+    EndReverse,
+    Free,
+    Load,
+    Prefetch,
+    Reverse,
+    Store,
+    Tier,
+)
+from schedules.actions import Action
+
+from ._buffers import copy_in, copy_out
+from ._engine import TransferEngine
+from ._pool import POOL
+from ._tuning import CallFit
+from .checkpoint import check_arrays
+from .errors import ScheduleError, TransferError
+from .stats import Stats
+
+__all__ = ["Interpreter", "Level1"]
+
+
+class Level1:
+    """The Level-1 slots: page-aligned buffers drawn from the process pool when first used
+    (never per step), each holding one state by its step."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.held: dict[int, np.ndarray] = {}
+        self._free: list[np.ndarray] = []
+        self.copies = 0
+        self.copy_s = 0.0
+
+    def take(self) -> np.ndarray:
+        """A free slot: a released one, one a closed checkpointer left in the pool, or new."""
+        return self._free.pop() if self._free else POOL.aligned(self.nbytes)
+
+    def give(self, slot: np.ndarray) -> None:
+        self._free.append(slot)
+
+    def store(self, step: int, arrays: Sequence[np.ndarray]) -> None:
+        slot = self.take()
+        start = time.perf_counter()
+        copy_out(arrays, slot)
+        self.copy_s += time.perf_counter() - start
+        self.copies += 1
+        self.held[step] = slot
+
+    def load(self, step: int, arrays: Sequence[np.ndarray]) -> None:
+        start = time.perf_counter()
+        copy_in(self.held[step], arrays)
+        self.copy_s += time.perf_counter() - start
+        self.copies += 1
+
+    def free(self, step: int) -> None:
+        self._free.append(self.held.pop(step))
+
+    def abandon(self) -> None:
+        """Free every held slot (a run was cut short)."""
+        self._free.extend(self.held.values())
+        self.held.clear()
+
+    def release(self) -> None:
+        """Return every slot to the process pool."""
+        self.abandon()
+        POOL.give(self._free)
+        self._free = []
+
+
+class Interpreter:
+    """Executes actions: Advance and Reverse call the operators, Store/Load/Free move states
+    between the live arrays, Level-1 and (through the engine) Level-2.
+
+    Parameters
+    ----------
+    checkpoint
+        The descriptor: ``get_data(t)`` to copy u_t from, ``get_data_location(t)`` to copy into.
+    nbytes, dtype
+        What every state's arrays must add up to, checked whenever the descriptor hands out new
+        array objects.
+    fwd_operator, rev_operator
+        The user's operators.
+    engine
+        The transfer engine for Level-2.
+    level1
+        The Level-1 slots.
+    """
+
+    def __init__(self, checkpoint: Any, nbytes: int, dtype: np.dtype, fwd_operator: Any,
+                 rev_operator: Any, engine: TransferEngine, level1: Level1) -> None:
+        self.checkpoint = checkpoint
+        self.nbytes, self.dtype = nbytes, dtype
+        self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
+        self.engine = engine
+        self.level1 = level1
+        self._known: list[np.ndarray] = []
+
+    def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
+        """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else
+        ``get_data``), checked against its size and dtype once for as long as it keeps returning
+        the same array objects."""
+        method = "get_data_location" if into else "get_data"
+        arrays = getattr(self.checkpoint, method)(step)
+        known = self._known
+        if (isinstance(arrays, (list, tuple)) and len(arrays) == len(known)
+                and all(a is b for a, b in zip(arrays, known))):
+            return known
+        self._known = check_arrays(arrays, self.nbytes, self.dtype, f"checkpoint.{method}({step})")
+        return self._known
+
+    def run(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
+            stats: Stats, fit: CallFit, interval: int) -> None:
+        """Execute ``actions`` up to and including the first of type ``until``; ``interval`` is
+        the schedule's (for rebuilding a lost Level-2 state)."""
+        engine, level1 = self.engine, self.level1
+        fwd, rev = self.fwd_operator, self.rev_operator
+        clock = time.perf_counter
+        for action in actions:
+            match action:
+                case Advance(start=begin, end=end):
+                    start = clock()
+                    fwd.apply(t_start=begin, t_end=end)
+                    elapsed = clock() - start
+                    stats.forward_compute_s += elapsed
+                    stats.forward_steps += end - begin
+                    fit.add(end - begin, elapsed)
+                case Reverse(step=step):
+                    start = clock()
+                    rev.apply(t_start=step, t_end=step + 1)
+                    stats.reverse_compute_s += clock() - start
+                    stats.reverse_steps += 1
+                case Load(step=step, tier=Tier.L1):
+                    level1.load(step, self.arrays(step, into=True))
+                case Load(step=step):
+                    if not engine.load(step, self.arrays(step, into=True)):
+                        self._recompute(step, interval, stats)
+                case Store(step=step, tier=Tier.L1):
+                    level1.store(step, self.arrays(step, into=False))
+                    stats.l1_peak_slots = max(stats.l1_peak_slots, len(level1.held))
+                case Store(step=step):
+                    engine.store(step, self.arrays(step, into=False))
+                case Free(step=step, tier=Tier.L1):
+                    level1.free(step)
+                case Free(step=step):
+                    engine.free(step)
+                case Prefetch(step=step):
+                    engine.prefetch(step)
+                case EndForward() | EndReverse():
+                    if type(action) is until:
+                        return
+                    raise ScheduleError(f"the schedule reached {action!r} while running up to "
+                                        f"{until.__name__}")
+                case _:
+                    assert_never(action)
+
+    def _recompute(self, step: int, interval: int, stats: Stats) -> None:
+        """Rebuild the lost u_step in the live state (and its prefetch buffer): read it once
+        more, else advance from the nearest earlier interval start that can still be read."""
+        if self.engine.reread(step, self.arrays(step, into=True)):
+            return
+        for start in range(step - interval, -1, -interval):
+            if self.engine.fetch(start, self.arrays(start, into=True), via=step):
+                clock = time.perf_counter()
+                self.fwd_operator.apply(t_start=start, t_end=step)
+                stats.forward_compute_s += time.perf_counter() - clock
+                stats.forward_steps += step - start
+                stats.recovery_steps += step - start
+                self.engine.recovered(step, self.arrays(step, into=False))
+                return
+        raise TransferError(f"u_{step} is lost on Level-2 {self.engine.storage!r} and no earlier "
+                            "checkpoint can be read to recompute it")

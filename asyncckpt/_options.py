@@ -1,0 +1,61 @@
+"""The one place where the runtime's options are checked and parsed: from arguments, from the
+command line and from the environment, with errors that name the option, the value and what is
+accepted."""
+from __future__ import annotations
+
+import os
+
+from schedules._args import check_bool, check_int
+
+from .errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["check_bool", "check_choice", "check_int", "check_operator", "environment",
+           "parse_flag", "parse_interval"]
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise naming ``name`` and them."""
+    if value not in choices:
+        listed = ", ".join(repr(c) for c in choices)
+        raise InvalidValueError(f"{name} must be one of {listed}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_operator(name: str, operator: object) -> None:
+    """Raise unless ``operator`` has a callable ``apply`` (pyrevolve's operator protocol)."""
+    if not callable(getattr(operator, "apply", None)):
+        raise InvalidTypeError(f"{name} must have an apply(*, t_start, t_end) method; "
+                               f"got {type(operator).__name__}")
+
+
+def environment(name: str) -> str | None:
+    """``$name`` stripped, or None where it is unset or empty."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def parse_flag(name: str, text: str) -> bool:
+    """``text`` (from ``$name``) as a bool: 1/0, true/false, yes/no, on/off, any case."""
+    folded = text.strip().lower()
+    if folded in _TRUE:
+        return True
+    if folded in _FALSE:
+        return False
+    raise InvalidValueError(f"{name} must be 1 or 0 (or true/false, yes/no, on/off), got {text!r}")
+
+
+def parse_interval(value: object, n_timesteps: int | None = None, *,
+                   name: str = "interval") -> int | str:
+    """The interval option: an int in [1, n_timesteps] (any int >= 1 where n is not given), or
+    "auto". Text (from the command line or ``$ASYNCCKPT_INTERVAL``) may spell the int."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "auto":
+            return text
+        if not text.isdigit():
+            bound = f"an int in [1, {n_timesteps}]" if n_timesteps is not None else "a positive int"
+            raise InvalidValueError(f"{name} must be {bound} or 'auto', got {value!r}")
+        value = int(text)
+    return check_int(name, value, 1, n_timesteps)
