@@ -21,7 +21,7 @@ import xxhash
 
 from ._buffers import copy_in, copy_out
 from ._pool import POOL
-from .errors import CorruptionError, TransferError
+from .errors import CorruptionError, ScheduleError, TransferError
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -278,7 +278,7 @@ class TransferEngine:
         """Start reading u_key into a free prefetch buffer."""
         self.check()
         if not self._free_prefetch:
-            raise TransferError(f"prefetch of u_{key}: every prefetch buffer is in use "
+            raise ScheduleError(f"prefetch of u_{key}: every prefetch buffer is in use "
                                 f"(holding {sorted(self._reads)})")
         buffer = self._free_prefetch.pop()
         if key in self._lost:

@@ -538,21 +538,33 @@ class FileStorage(Storage):
             self.close()
 
 
+def _backends() -> dict[str, type[Storage]]:
+    """Every concrete Storage subclass defined so far, by class name (the first one wins)."""
+    found: dict[str, type[Storage]] = {}
+    pending: list[type[Storage]] = [Storage]  # type: ignore[type-abstract]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            if not getattr(sub, "__abstractmethods__", None):
+                found.setdefault(sub.__name__, sub)
+            pending.append(sub)
+    return found
+
+
 def from_config(config: dict[str, Any]) -> Storage:
-    """Rebuild a backend from its ``get_config()`` dict.
+    """Rebuild a backend from its ``get_config()`` dict: ``config["name"]`` names the class
+    (any Storage subclass defined in the process), the other items are its keyword arguments.
 
     Raises
     ------
-    ValueError
+    InvalidValueError
         If ``config["name"]`` is not a backend's name.
     """
-    backends: dict[str, type[Storage]] = {"HostMemoryStorage": HostMemoryStorage,
-                                          "FileStorage": FileStorage}
+    backends = _backends()
     name = config.get("name")
     if name not in backends:
         raise InvalidValueError(f"config name {name!r} is not a storage backend; expected one of "
-                         f"{', '.join(sorted(backends))}")
-    return backends[name](**{k: v for k, v in config.items() if k != "name"})
+                                f"{', '.join(sorted(backends))}")
+    return backends[name](**{k: v for k, v in config.items() if k != "name"})  # type: ignore[index]
 
 
 def open_storage(storage: Storage | str | os.PathLike[str] | None) -> tuple[Storage, bool]:

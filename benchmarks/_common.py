@@ -73,12 +73,6 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def touched(nbytes: int) -> np.ndarray:
-    buffer = np.empty(nbytes, dtype=np.uint8)
-    buffer.fill(0)
-    return buffer
-
-
 def store_all(w: Workload, n: int, buffers: list[np.ndarray]) -> None:
     """Store every state in preallocated RAM, then reverse under the pyrevolve protocol."""
     w.reset()

@@ -18,14 +18,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    Fwd, Rev, Workload, median_time, pyrevolve_runner, store_all, touched)
+from _common import Fwd, Rev, Workload, median_time, pyrevolve_runner, store_all  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
+from asyncckpt._buffers import touched  # noqa: E402
+from asyncckpt._calibrate import measure_copy  # noqa: E402
 from schedules.model import Costs, predict_revolve, predict_store_all  # noqa: E402
 
 WORKLOADS = {
@@ -37,13 +37,12 @@ WORKLOADS = {
 def copy_time(w: Workload) -> float:
     """Seconds to copy one state: into several buffers in turn, cache-cold, as a run copies
     into many distinct ones."""
-    targets = [touched(w.state.nbytes).view(np.float64) for _ in range(8)]
-    return median_time(lambda: [np.copyto(t, w.state) for t in targets], 5) / len(targets)
+    return measure_copy([w.state], [touched(w.state.nbytes) for _ in range(8)], repeats=5)
 
 
 def store_all_time(w: Workload, n: int, repeats: int) -> float:
     """Median seconds of store-all into preallocated RAM (freed on return)."""
-    buffers = [touched(w.state.nbytes).view(np.float64) for _ in range(n)]
+    buffers = [touched(w.state.nbytes).view(w.state.dtype) for _ in range(n)]
     return statistics.median(
         [median_time(lambda: store_all(w, n, buffers), 1) for _ in range(repeats)])
 

@@ -1,8 +1,9 @@
-"""The performance model of 002_c6c95f1406dc9ab0.txt, Section 3, and an event simulation.
+"""The performance model of Kukreja et al. (2018), Section 3, and an event simulation
+(docs/model.md states it and lists the references).
 
 Times are in seconds. ``tf`` is one forward step inside a call; ``tcall`` what each call of the
 forward operator costs beyond its steps (an advance of k steps costs ``tcall + k tf``); ``tb`` one
-reverse step *including* its taping forward step (REFERENCE.md), so the reverse operator alone
+reverse step *including* its taping forward step (pyrevolve's convention), so the reverse operator alone
 costs ``tb - tf``; ``tw``/``tr`` move one state Level-1 -> Level-2 and back; ``tc`` copies one state
 within Level-1 (a store or load of a slot, or the staging copy of a Level-2 store).
 
@@ -18,10 +19,12 @@ import heapq
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import assert_never
 
 from ._args import check_int
 from ._errors import InvalidValueError
-from .actions import Advance, EndForward, Free, Load, Prefetch, Reverse, Store, Tier
+from .actions import (Action, Advance, EndForward, EndReverse, Free, Load, Prefetch, Reverse, Store,
+                      Tier)
 from .revolve import checkpoints_taken, optimal_recomputations
 
 __all__ = [
@@ -177,7 +180,7 @@ def predict_async_multistage(n_steps: int, interval: int, l1_slots: int, costs: 
                       write_stall, read_stall)
 
 
-def simulate_times(actions: Iterable[object], costs: Costs, *, staging_buffers: int = 2,
+def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: int = 2,
                    channels: int = 1) -> Prediction:
     """Walk a schedule's actions with a main thread and ``channels`` transfer channels.
 
@@ -202,13 +205,13 @@ def simulate_times(actions: Iterable[object], costs: Costs, *, staging_buffers: 
         return end
 
     for action in actions:
-        if isinstance(action, Advance):
-            steps += action.end - action.start
-            now += costs.advance(action.end - action.start)
-        elif isinstance(action, Reverse):
-            now += costs.adjoint
-        elif isinstance(action, Store):
-            if action.tier is Tier.L2:
+        match action:
+            case Advance(start=begin, end=end):
+                steps += end - begin
+                now += costs.advance(end - begin)
+            case Reverse():
+                now += costs.adjoint
+            case Store(step=step, tier=Tier.L2):
                 in_flight = [t for t in in_flight if t > now]
                 if len(in_flight) >= staging_buffers:
                     earliest = min(in_flight)
@@ -216,25 +219,29 @@ def simulate_times(actions: Iterable[object], costs: Costs, *, staging_buffers: 
                     now = earliest
                     in_flight.remove(earliest)
                 now += costs.tc
-                end = transfer(now, costs.tw)
-                in_flight.append(end)
-                written[action.step] = end
-            else:
+                done = transfer(now, costs.tw)
+                in_flight.append(done)
+                written[step] = done
+            case Store():
                 now += costs.tc
-        elif isinstance(action, Prefetch):
-            arrives[action.step] = transfer(max(now, written.get(action.step, 0.0)), costs.tr)
-        elif isinstance(action, Load):
-            if action.tier is Tier.L2:
-                ready = arrives[action.step]
-                if ready > now:
-                    read_stall += ready - now
-                    now = ready
-            now += costs.tc
-        elif isinstance(action, Free):
-            if action.tier is Tier.L2:
-                arrives.pop(action.step, None)
-        elif isinstance(action, EndForward) and forward_end is None:
-            forward_end = now
+            case Prefetch(step=step):
+                arrives[step] = transfer(max(now, written.get(step, 0.0)), costs.tr)
+            case Load(step=step, tier=tier):
+                if tier is Tier.L2 and arrives[step] > now:
+                    read_stall += arrives[step] - now
+                    now = arrives[step]
+                now += costs.tc
+            case Free(step=step, tier=Tier.L2):
+                arrives.pop(step, None)
+            case Free():
+                pass
+            case EndForward():
+                if forward_end is None:
+                    forward_end = now
+            case EndReverse():
+                pass
+            case _:
+                assert_never(action)
     forward_end = now if forward_end is None else forward_end
     return Prediction("simulated", now, forward_end, now - forward_end, steps, write_stall,
                       read_stall)

@@ -1,9 +1,9 @@
 """Two-level schedules: every I-th state is kept on an outer tier, each interval is reversed inside.
 
-:class:`AsyncMultistage` is the strategy of 002_c6c95f1406dc9ab0.txt: interval starts stream to
+:class:`AsyncMultistage` is the strategy of Kukreja et al. (2018): interval starts stream to
 Level-2 during the forward sweep, come back by prefetch one interval ahead of need, and each
 interval is reversed by Revolve in the Level-1 slots. :class:`Chen` is the sqrt(n) segment
-schedule of Chen et al. (000_31f7f4190671a295.txt), all in Level-1.
+schedule of Chen et al. (2016), all in Level-1. docs/model.md lists the references.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ __all__ = ["AsyncMultistage", "Chen", "two_level_forward_steps"]
 
 
 def two_level_forward_steps(n_steps: int, interval: int, l1_slots: int) -> float:
-    """Return the synchronous two-level total F = n + (n / I) (I + p(I, s + 1)) of REFERENCE.md.
+    """Return the synchronous two-level total F = n + (n / I) (I + p(I, s + 1)) (docs/model.md).
 
     :class:`AsyncMultistage` never exceeds it and beats it by reusing the forward sweep's last
     interval.

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import assert_never
 
 from ._errors import ScheduleError
-from .actions import Advance, EndForward, EndReverse, Free, Load, Prefetch, Reverse, Store, Tier
+from .actions import (Action, Advance, EndForward, EndReverse, Free, Load, Prefetch, Reverse, Store,
+                      Tier)
 
 __all__ = ["simulate", "SimulationResult"]
 
@@ -47,8 +49,178 @@ class SimulationResult:
         return (self.forward_steps - self.n_steps) / self.n_steps
 
 
-def _name(action: object) -> str:
-    return repr(action)
+def _state(step: int | None) -> str:
+    return "unknown" if step is None else f"u_{step}"
+
+
+class _Replay:
+    """The abstract machine of :func:`simulate`: one handler per action, each checking the
+    action's invariants against the state so far and raising :class:`ScheduleError` (through
+    :meth:`fail`) on the first broken one."""
+
+    def __init__(self, n: int | None, cap_l1: int | None, cap_pf: int | None,
+                 taping: bool) -> None:
+        self.n, self.cap_l1, self.cap_pf, self.taping = n, cap_l1, cap_pf, taping
+        self.live: int | None = 0
+        self.taped: int | None = None  # the step whose reverse the last advance tapes
+        self.phase = "forward"
+        self.next_reverse = -1
+        self.l1: set[int] = set()
+        self.l2: set[int] = set()
+        self.prefetched: set[int] = set()
+        self.waited: set[int] = set()
+        self.forward_steps = self.reverse_steps = self.l2_writes = self.l2_reads = 0
+        self.l1_peak = self.prefetch_peak = self.l2_peak = 0
+        self.position = -1
+
+    def fail(self, action: object, why: str) -> ScheduleError:
+        return ScheduleError(f"action #{self.position} {action!r}: {why}")
+
+    def step(self, action: object) -> None:
+        if self.phase == "ended":
+            raise self.fail(action, "comes after EndReverse()")
+        if not isinstance(action, Action):
+            raise self.fail(action, f"is not a schedule action (type {type(action).__name__})")
+        match action:
+            case Advance():
+                self.advance(action)
+            case Store():
+                self.store(action)
+            case Prefetch():
+                self.prefetch(action)
+            case Load():
+                self.load(action)
+            case Free():
+                self.free(action)
+            case Reverse():
+                self.reverse(action)
+            case EndForward():
+                self.end_forward(action)
+            case EndReverse():
+                self.end_reverse(action)
+            case _:
+                assert_never(action)
+
+    def advance(self, action: Advance) -> None:
+        if self.live != action.start:
+            raise self.fail(action, f"advances from u_{action.start} but the live state is "
+                            f"{_state(self.live)}")
+        if action.end <= action.start:
+            raise self.fail(action, "end must be greater than start")
+        if self.n is not None and action.end > self.n:
+            raise self.fail(action, f"advances past u_n (n = {self.n})")
+        self.forward_steps += action.end - action.start
+        self.live = action.end
+        self.taped = action.end - 1
+
+    def store(self, action: Store) -> None:
+        if self.live != action.step:
+            raise self.fail(action, f"stores u_{action.step} but the live state is "
+                            f"{_state(self.live)}")
+        if action.tier is Tier.L1:
+            if action.step in self.l1:
+                raise self.fail(action, f"u_{action.step} is already in Level-1")
+            self.l1.add(action.step)
+            if self.cap_l1 is not None and len(self.l1) > self.cap_l1:
+                raise self.fail(action, f"Level-1 slot count {len(self.l1)} exceeds "
+                                f"l1_slots={self.cap_l1}")
+            self.l1_peak = max(self.l1_peak, len(self.l1))
+        else:
+            if action.step in self.l2:
+                raise self.fail(action, f"u_{action.step} is already on Level-2")
+            self.l2.add(action.step)
+            self.l2_writes += 1
+            self.l2_peak = max(self.l2_peak, len(self.l2))
+
+    def prefetch(self, action: Prefetch) -> None:
+        if action.step not in self.l2:
+            raise self.fail(action, f"prefetches u_{action.step}, which is not on Level-2 "
+                            "(never stored, or already freed)")
+        if action.step in self.prefetched:
+            raise self.fail(action, f"u_{action.step} is already prefetched")
+        self.prefetched.add(action.step)
+        self.l2_reads += 1
+        if self.cap_pf is not None and len(self.prefetched) > self.cap_pf:
+            raise self.fail(action, f"{len(self.prefetched)} prefetch buffers exceed "
+                            f"prefetch_slots={self.cap_pf}")
+        self.prefetch_peak = max(self.prefetch_peak, len(self.prefetched))
+
+    def load(self, action: Load) -> None:
+        if action.tier is Tier.L1:
+            if action.step not in self.l1:
+                raise self.fail(action, f"loads u_{action.step}, which is not in Level-1 "
+                                "(never stored, or already freed)")
+        elif action.step not in self.prefetched:
+            raise self.fail(action, f"loads u_{action.step} from Level-2 without a prefetch "
+                            "(or after it was freed)")
+        else:
+            self.waited.add(action.step)
+        self.live = action.step
+        self.taped = None
+
+    def free(self, action: Free) -> None:
+        held = self.l1 if action.tier is Tier.L1 else self.l2
+        if action.step not in held:
+            raise self.fail(action, f"frees u_{action.step}, which is not in {action.tier.name}")
+        held.discard(action.step)
+        if action.tier is Tier.L2 and action.step in self.prefetched:
+            if action.step not in self.waited:
+                raise self.fail(action, f"the prefetch of u_{action.step} was never waited for")
+            self.prefetched.discard(action.step)
+            self.waited.discard(action.step)
+
+    def reverse(self, action: Reverse) -> None:
+        if self.phase != "reverse":
+            raise self.fail(action, "reverse step before EndForward()")
+        if action.step != self.next_reverse:
+            raise self.fail(action, f"out of order: expected the reverse of step "
+                            f"{self.next_reverse}")
+        if self.taping and self.taped != action.step:
+            raise self.fail(action, f"does not directly follow its taping step "
+                            f"Advance(end={action.step + 1})")
+        if not self.taping and self.live != action.step:
+            raise self.fail(action, f"taping-free reverse step needs the live state "
+                            f"u_{action.step}, it is {_state(self.live)}")
+        self.reverse_steps += 1
+        self.next_reverse -= 1
+        self.live = self.taped = None
+
+    def end_forward(self, action: EndForward) -> None:
+        if self.phase != "forward":
+            raise self.fail(action, "a second EndForward()")
+        if self.n is None:
+            self.n = self.live
+        if self.live is None or self.live != self.n:
+            raise self.fail(action, f"the forward sweep must end at u_{self.n}, the live state "
+                            f"is {_state(self.live)}")
+        self.phase = "reverse"
+        self.next_reverse = self.n - 1
+
+    def end_reverse(self, action: EndReverse) -> None:
+        if self.phase != "reverse":
+            raise self.fail(action, "EndReverse() before EndForward()")
+        if self.next_reverse != -1:
+            raise self.fail(action, f"steps {self.next_reverse}..0 were never reversed")
+        if self.l1 or self.l2:
+            raise self.fail(action, f"left stored: Level-1 {sorted(self.l1)[:8]}, "
+                            f"Level-2 {sorted(self.l2)[:8]}")
+        self.phase = "ended"
+
+    def result(self) -> SimulationResult:
+        if self.phase != "ended":
+            raise ScheduleError(f"the schedule ends after {self.position + 1} actions without "
+                                f"{'EndForward()' if self.phase == 'forward' else 'EndReverse()'}")
+        assert self.n is not None  # set at EndForward at the latest
+        return SimulationResult(
+            n_steps=self.n,
+            forward_steps=self.forward_steps,
+            reverse_steps=self.reverse_steps,
+            l1_peak=self.l1_peak,
+            prefetch_peak=self.prefetch_peak,
+            l2_writes=self.l2_writes,
+            l2_reads=self.l2_reads,
+            l2_peak=self.l2_peak,
+        )
 
 
 def simulate(
@@ -96,133 +268,7 @@ def simulate(
     cap_pf = prefetch_slots if prefetch_slots is not None else getattr(actions, "prefetch_slots", None)
     if taping is None:
         taping = getattr(actions, "taping", True)
-
-    live: int | None = 0
-    taped: int | None = None  # the step whose reverse the last advance tapes
-    phase = "forward"
-    next_reverse = -1
-    l1: set[int] = set()
-    l2: set[int] = set()
-    prefetched: set[int] = set()
-    waited: set[int] = set()
-    forward_steps = reverse_steps = l2_writes = l2_reads = 0
-    l1_peak = prefetch_peak = l2_peak = 0
-    position = -1
-
-    def fail(action: object, why: str) -> ScheduleError:
-        return ScheduleError(f"action #{position} {_name(action)}: {why}")
-
-    for position, action in enumerate(actions):
-        if phase == "ended":
-            raise fail(action, "comes after EndReverse()")
-        if isinstance(action, Advance):
-            if live != action.start:
-                raise fail(action, f"advances from u_{action.start} but the live state is "
-                           f"{'unknown' if live is None else f'u_{live}'}")
-            if action.end <= action.start:
-                raise fail(action, "end must be greater than start")
-            if n is not None and action.end > n:
-                raise fail(action, f"advances past u_n (n = {n})")
-            forward_steps += action.end - action.start
-            live = action.end
-            taped = action.end - 1
-        elif isinstance(action, Store):
-            if live != action.step:
-                raise fail(action, f"stores u_{action.step} but the live state is "
-                           f"{'unknown' if live is None else f'u_{live}'}")
-            if action.tier is Tier.L1:
-                if action.step in l1:
-                    raise fail(action, "u_{} is already in Level-1".format(action.step))
-                l1.add(action.step)
-                if cap_l1 is not None and len(l1) > cap_l1:
-                    raise fail(action, f"Level-1 slot count {len(l1)} exceeds l1_slots={cap_l1}")
-                l1_peak = max(l1_peak, len(l1))
-            else:
-                if action.step in l2:
-                    raise fail(action, "u_{} is already on Level-2".format(action.step))
-                l2.add(action.step)
-                l2_writes += 1
-                l2_peak = max(l2_peak, len(l2))
-        elif isinstance(action, Prefetch):
-            if action.step not in l2:
-                raise fail(action, f"prefetches u_{action.step}, which is not on Level-2 "
-                           "(never stored, or already freed)")
-            if action.step in prefetched:
-                raise fail(action, f"u_{action.step} is already prefetched")
-            prefetched.add(action.step)
-            l2_reads += 1
-            if cap_pf is not None and len(prefetched) > cap_pf:
-                raise fail(action, f"{len(prefetched)} prefetch buffers exceed "
-                           f"prefetch_slots={cap_pf}")
-            prefetch_peak = max(prefetch_peak, len(prefetched))
-        elif isinstance(action, Load):
-            if action.tier is Tier.L1:
-                if action.step not in l1:
-                    raise fail(action, f"loads u_{action.step}, which is not in Level-1 "
-                               "(never stored, or already freed)")
-            elif action.step not in prefetched:
-                raise fail(action, f"loads u_{action.step} from Level-2 without a prefetch "
-                           "(or after it was freed)")
-            else:
-                waited.add(action.step)
-            live = action.step
-            taped = None
-        elif isinstance(action, Free):
-            held = l1 if action.tier is Tier.L1 else l2
-            if action.step not in held:
-                raise fail(action, f"frees u_{action.step}, which is not in {action.tier.name}")
-            held.discard(action.step)
-            if action.tier is Tier.L2 and action.step in prefetched:
-                if action.step not in waited:
-                    raise fail(action, f"the prefetch of u_{action.step} was never waited for")
-                prefetched.discard(action.step)
-                waited.discard(action.step)
-        elif isinstance(action, Reverse):
-            if phase != "reverse":
-                raise fail(action, "reverse step before EndForward()")
-            if action.step != next_reverse:
-                raise fail(action, f"out of order: expected the reverse of step {next_reverse}")
-            if taping and taped != action.step:
-                raise fail(action, f"does not directly follow its taping step "
-                           f"Advance(end={action.step + 1})")
-            if not taping and live != action.step:
-                raise fail(action, f"taping-free reverse step needs the live state u_{action.step},"
-                           f" it is {'unknown' if live is None else f'u_{live}'}")
-            reverse_steps += 1
-            next_reverse -= 1
-            live = taped = None
-        elif isinstance(action, EndForward):
-            if phase != "forward":
-                raise fail(action, "a second EndForward()")
-            if n is None:
-                n = live
-            if live is None or live != n:
-                raise fail(action, f"the forward sweep must end at u_{n}, the live state is "
-                           f"{'unknown' if live is None else f'u_{live}'}")
-            phase = "reverse"
-            next_reverse = n - 1
-        elif isinstance(action, EndReverse):
-            if phase != "reverse":
-                raise fail(action, "EndReverse() before EndForward()")
-            if next_reverse != -1:
-                raise fail(action, f"steps {next_reverse}..0 were never reversed")
-            if l1 or l2:
-                raise fail(action, f"left stored: Level-1 {sorted(l1)[:8]}, "
-                           f"Level-2 {sorted(l2)[:8]}")
-            phase = "ended"
-        else:
-            raise fail(action, f"is not a schedule action (type {type(action).__name__})")
-    if phase != "ended":
-        raise ScheduleError(f"the schedule ends after {position + 1} actions without "
-                            f"{'EndForward()' if phase == 'forward' else 'EndReverse()'}")
-    assert n is not None
-    return SimulationResult(
-        n_steps=n,
-        forward_steps=forward_steps,
-        reverse_steps=reverse_steps,
-        l1_peak=l1_peak,
-        prefetch_peak=prefetch_peak,
-        l2_writes=l2_writes,
-        l2_reads=l2_reads,
-        l2_peak=l2_peak,
-    )
+    replay = _Replay(n, cap_l1, cap_pf, bool(taping))
+    for replay.position, action in enumerate(actions):
+        replay.step(action)
+    return replay.result()

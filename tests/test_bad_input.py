@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, CheckpointError
+from asyncckpt import (ArrayCheckpoint, AsyncCheckpointer, CheckpointError, ScheduleError,
+                       UsageError)
 from workloads import Forward, RecurrentCell, Reverse
 
 
@@ -143,20 +144,46 @@ def test_non_contiguous_arrays_are_copied_correctly() -> None:
 
 def test_reverse_before_forward_and_after_close() -> None:
     ckp = make()
-    with pytest.raises(ValueError, match="needs a completed apply_forward"):
+    with pytest.raises(UsageError, match="needs a completed apply_forward"):
         ckp.apply_reverse()
     ckp.close()
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(UsageError, match="closed"):
         ckp.apply_forward()
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(ValueError, match="closed"):  # as before the hierarchy
         ckp.apply_reverse()
     ckp.close()  # twice is fine
 
 
 def test_one_base_catches_every_library_error() -> None:
-    from asyncckpt import (CheckpointError, CorruptionError, ScheduleError, StorageError,
-                           StorageFullError, TransferError)
+    import asyncckpt
 
-    for error in (CorruptionError, ScheduleError, StorageError, StorageFullError, TransferError):
-        assert issubclass(error, CheckpointError)
-    assert issubclass(ScheduleError, ValueError)  # a bad schedule is a bad value
+    errors = [getattr(asyncckpt, name) for name in asyncckpt.__all__ if name.endswith("Error")]
+    assert len(errors) == 11
+    for error in errors:
+        assert issubclass(error, asyncckpt.CheckpointError), error
+    for error, builtin in [("InvalidValueError", ValueError), ("InvalidTypeError", TypeError),
+                           ("ScheduleError", ValueError), ("UsageError", ValueError),
+                           ("StorageKeyError", KeyError), ("MemoryBudgetError", MemoryError)]:
+        assert issubclass(getattr(asyncckpt, error), builtin), error
+
+
+def test_a_prefetch_beyond_the_buffers_is_a_schedule_error() -> None:
+    """A schedule that prefetches more states than there are buffers is refused on the
+    caller's thread, naming the state and the buffers in use, with no read started."""
+    from asyncckpt import HostMemoryStorage
+    from asyncckpt._engine import TransferEngine
+
+    with HostMemoryStorage() as storage:
+        engine = TransferEngine(storage, 64, staging_buffers=1, prefetch_buffers=1,
+                                io_threads=1, verify=True, on_error="raise")
+        try:
+            state = [np.arange(8, dtype=np.float64)]
+            engine.store(0, state)
+            engine.store(1, state)
+            engine.prefetch(1)
+            with pytest.raises(ScheduleError, match=r"prefetch of u_0: every prefetch buffer is "
+                                                    r"in use \(holding \[1\]\)"):
+                engine.prefetch(0)
+            assert engine.reads == 1
+        finally:
+            engine.close()

@@ -13,7 +13,7 @@ from asyncckpt.cli import main
 def test_simulate_prints_validated_counts(capsys) -> None:
     assert main(["simulate", "--n", "1000", "--l1-slots", "10", "--interval", "10"]) == 0
     out = capsys.readouterr().out
-    assert "revolve" in out and "4636" in out  # Revolve(1000, 10), REFERENCE.md
+    assert "revolve" in out and "4636" in out  # Revolve(1000, 10): F = 4636 by the closed form
     assert "2890" in out  # AsyncMultistage(1000, 10, 10): two-level 2900 less the last interval
 
 

@@ -27,7 +27,7 @@ from schedules import (
 )
 from schedules.revolve import optimal_forward_steps
 
-# Exact totals F from REFERENCE.md (closed form, pyrevolve 2.2.8, checkpoint_schedules 1.0.4).
+# Exact totals F, agreed by the closed form, pyrevolve 2.2.8 and checkpoint_schedules 1.0.4.
 REFERENCE_TOTALS = [
     (10, 2, 30),
     (20, 3, 65),

@@ -1,4 +1,5 @@
-"""One conformance suite for every Level-2 backend, plus FileStorage's own guarantees."""
+"""The shipped conformance suite (asyncckpt.testing.StorageTests) on every backend of the project,
+proof that it fails broken backends, and FileStorage's own guarantees."""
 from __future__ import annotations
 
 import os
@@ -8,78 +9,35 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asyncckpt import FileStorage, HostMemoryStorage, StorageFullError
+from asyncckpt import FileStorage, HostMemoryStorage, Storage, StorageFullError, StorageKeyError
 from asyncckpt._buffers import PAGE, aligned_buffer
+from asyncckpt.testing import StorageTests
 
-SIZES = [1, 100, PAGE, PAGE + 1, 3 * PAGE - 7, (1 << 20) + 13]
+class ProjectBackend(StorageTests):
+    """The shipped conformance suite, plus what this project's backends promise beyond it."""
 
-
-class StorageConformance:
-    """Subclasses set ``make`` (a fixture returning a fresh backend)."""
-
-    @pytest.fixture
-    def storage(self):
-        raise NotImplementedError
-
-    @pytest.mark.parametrize("nbytes", SIZES)
-    @pytest.mark.parametrize("aligned", [True, False])
-    def test_round_trip(self, storage, nbytes: int, aligned: bool) -> None:
-        rng = np.random.default_rng(nbytes)
-        if aligned:
-            src = aligned_buffer(nbytes)[:nbytes]
-            out = aligned_buffer(nbytes)[:nbytes]
-        else:
-            src = np.zeros(nbytes + 1, dtype=np.uint8)[1:]
-            out = np.zeros(nbytes + 3, dtype=np.uint8)[3:]
-        src[:] = rng.integers(0, 256, nbytes, dtype=np.uint8)
-        storage.put(7, src)
-        storage.put(8, src[::-1].copy())
-        assert 7 in storage and 8 in storage and 9 not in storage
-        storage.get(7, out)
-        assert out.tobytes() == src.tobytes()
-        storage.get(8, out)
-        assert out.tobytes() == src[::-1].tobytes()
-        storage.delete(7)
-        assert 7 not in storage
-        storage.put(7, src)  # a freed slot is reused
-        storage.get(7, out)
-        assert out.tobytes() == src.tobytes()
-
-    def test_missing_and_duplicate_keys(self, storage) -> None:
+    def test_errors_name_the_call_and_the_key(self, tmp_path: Path) -> None:
+        storage = self.make_storage(tmp_path)
         buf = aligned_buffer(64)[:64]
-        with pytest.raises(KeyError, match="get\\(3\\)"):
+        with pytest.raises(StorageKeyError, match="get\\(3\\): key not stored"):
             storage.get(3, buf)
-        with pytest.raises(KeyError, match="delete\\(3\\)"):
+        with pytest.raises(StorageKeyError, match="delete\\(3\\): key not stored"):
             storage.delete(3)
         storage.put(3, buf)
-        with pytest.raises(KeyError, match="already stored"):
+        with pytest.raises(StorageKeyError, match="put\\(3\\): key already stored"):
             storage.put(3, buf)
+        storage.close()
 
-    def test_reserve_then_use(self, storage) -> None:
-        storage.reserve(5000, 4)
-        buf = aligned_buffer(5000)[:5000]
-        for key in range(6):  # more than reserved still works
-            buf[:] = key
-            storage.put(key, buf)
-        for key in range(6):
-            storage.get(key, buf)
-            assert (buf == key).all()
-
-    def test_reserve_beyond_the_device_fails_fast_with_numbers(self, storage) -> None:
+    def test_reserve_beyond_the_device_fails_fast_with_numbers(self, tmp_path: Path) -> None:
+        storage = self.make_storage(tmp_path)
         with pytest.raises(StorageFullError, match=r"\d+(\.\d+)? GiB"):
             storage.reserve(1 << 30, 1 << 20)  # a petabyte
-
-    def test_close_twice(self, storage) -> None:
-        storage.close()
         storage.close()
 
 
-class TestHostMemoryStorage(StorageConformance):
-    @pytest.fixture
-    def storage(self):
-        backend = HostMemoryStorage()
-        yield backend
-        backend.close()
+class TestHostMemoryStorage(ProjectBackend):
+    def make_storage(self, tmp_path: Path) -> Storage:
+        return HostMemoryStorage()
 
     def test_adopt_swaps_buffers_without_copying(self) -> None:
         backend = HostMemoryStorage()
@@ -93,31 +51,97 @@ class TestHostMemoryStorage(StorageConformance):
         backend.close()
 
 
-class TestFileStorageTmpfs(StorageConformance):
-    @pytest.fixture
-    def storage(self, shm_dir: Path):
-        backend = FileStorage(shm_dir)
-        yield backend
-        backend.close()
+class TestFileStorageTmpfs(ProjectBackend):
+    def make_storage(self, tmp_path: Path) -> Storage:
+        return FileStorage("/dev/shm")
 
 
-class TestFileStorageDiskDirect(StorageConformance):
-    @pytest.fixture
-    def storage(self, disk_dir: Path):
-        backend = FileStorage(disk_dir, direct_min_bytes=0)
+class TestFileStorageDiskDirect(ProjectBackend):
+    def make_storage(self, tmp_path: Path) -> Storage:
+        backend = FileStorage(tmp_path, direct_min_bytes=0)
         if not backend.direct:
             backend.close()
             pytest.skip("O_DIRECT unsupported here")
-        yield backend
-        backend.close()
+        return backend
 
 
-class TestFileStorageDiskBuffered(StorageConformance):
-    @pytest.fixture
-    def storage(self, disk_dir: Path):
-        backend = FileStorage(disk_dir, direct=False)
-        yield backend
-        backend.close()
+class TestFileStorageDiskBuffered(ProjectBackend):
+    def make_storage(self, tmp_path: Path) -> Storage:
+        return FileStorage(tmp_path, direct=False)
+
+
+class ForgetfulStorage(HostMemoryStorage):
+    """Broken on purpose: a put of a key it once held keeps the old bytes (a stale cache)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache: dict[int, bytes] = {}
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        super().put(key, buf)
+        self.cache.setdefault(key, buf.tobytes())
+
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        return Storage.adopt(self, key, buffer, nbytes)
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        super().get(key, out)
+        out[:] = np.frombuffer(self.cache[key], dtype=np.uint8)
+
+
+class HalfStorage(HostMemoryStorage):
+    """Broken on purpose: keeps only the first half of what it is given."""
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        kept = buf.copy()
+        kept[buf.nbytes // 2:] = 0
+        super().put(key, kept)
+
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        return Storage.adopt(self, key, buffer, nbytes)
+
+
+class NotAStorage:
+    def put(self, key, buf): ...  # noqa: E704 - the five names, but not a Storage
+    def get(self, key, out): ...  # noqa: E704
+    def delete(self, key): ...  # noqa: E704
+    def __contains__(self, key): return False  # noqa: E704
+    def close(self): ...  # noqa: E704
+
+
+@pytest.mark.parametrize(("backend", "failing"), [
+    (ForgetfulStorage, "test_delete_then_put_returns_the_new_bytes"),
+    (HalfStorage, "test_round_trips_of_several_sizes"),
+    (HalfStorage, "test_adopt_stores_the_buffer_and_returns_one_to_reuse"),
+])
+def test_the_suite_fails_a_broken_backend(backend: type, failing: str, tmp_path: Path) -> None:
+    class Suite(StorageTests):
+        def make_storage(self, tmp_path: Path) -> Storage:
+            return backend()
+
+    with pytest.raises(AssertionError, match="stale bytes|other bytes|changed the stored"):
+        getattr(Suite(), failing)(tmp_path)
+
+
+def test_the_suite_refuses_what_is_not_a_storage(tmp_path: Path) -> None:
+    class Suite(StorageTests):
+        def make_storage(self, tmp_path: Path) -> Storage:
+            return NotAStorage()  # type: ignore[return-value]
+
+    with pytest.raises(AssertionError, match="not an asyncckpt Storage"):
+        Suite().test_contains(tmp_path)
+    with pytest.raises(NotImplementedError, match="override make_storage"):
+        StorageTests().test_contains(tmp_path)
+
+
+def test_the_checkpointer_refuses_what_is_not_a_storage() -> None:
+    from asyncckpt.storage import open_storage
+
+    with pytest.raises(TypeError, match="Storage instance; got NotAStorage"):
+        open_storage(NotAStorage())  # type: ignore[arg-type]
+    storage, owned = open_storage("DRAM")
+    assert isinstance(storage, HostMemoryStorage) and owned
+    storage.close()
 
 
 def test_private_directory_and_cleanup(disk_dir: Path) -> None:
