@@ -9,7 +9,6 @@ import abc
 import errno
 import logging
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -263,15 +262,32 @@ class HostMemoryStorage(Storage):
         POOL.give(buffers)
 
 
+def _open_unnamed(directory: Path) -> int:
+    """Open a new file (mode 0600) under ``directory`` that no name reaches, so that its bytes
+    go with the last descriptor, even when the process is killed: O_TMPFILE where the
+    filesystem has it, else a fresh name unlinked at once."""
+    if hasattr(os, "O_TMPFILE"):
+        try:
+            return os.open(directory, os.O_RDWR | os.O_TMPFILE | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    fd, name = tempfile.mkstemp(prefix=".asyncckpt-", dir=directory)
+    os.unlink(name)
+    return fd
+
+
 class FileStorage(Storage):
     """Level-2 in one preallocated file on a ramdisk or an SSD.
 
     Parameters
     ----------
     path : str or os.PathLike
-        A directory (created if missing). The backend works in a private directory (mode 0700)
-        made under it with :func:`tempfile.mkdtemp`, so two checkpointers or processes on one path
-        never share or delete each other's files; everything it made is removed on ``close``.
+        A directory (created, mode 0700, if missing, and removed on ``close`` if still empty).
+        The backend's one file there has no name from the moment it is opened (O_TMPFILE, or a
+        name unlinked at once; mode 0600): no other process can open it, two checkpointers on
+        one path never meet, and its bytes are freed with the last descriptor, on ``close``, at
+        exit or when the process is killed (SIGKILL included).
     direct : bool or None
         Use O_DIRECT for page-aligned states of ``direct_min_bytes`` or more (sustained disk
         writes at 2.65 GB/s against 0.37 GB/s through the page cache here). None (default): where
@@ -309,28 +325,22 @@ class FileStorage(Storage):
             raise InvalidValueError(f"FileStorage path {str(root)!r} is not writable")
         self.path = root
         self.direct_min_bytes = direct_min_bytes
-        try:
-            self.directory = Path(tempfile.mkdtemp(prefix="asyncckpt-", dir=root))
-        except OSError as exc:
-            self._remove_made_root()
-            raise InvalidValueError(f"FileStorage cannot create its directory under {str(root)!r}: "
-                             f"{exc.strerror}") from exc
-        self._file = self.directory / "level2.dat"
         self._fd = self._direct_fd = -1
         try:
-            self._fd = os.open(self._file, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                               0o600)
-        except OSError:
-            self._cleanup()
-            raise
+            self._fd = _open_unnamed(root)
+        except OSError as exc:
+            self._remove_made_root()
+            raise InvalidValueError(f"FileStorage cannot create its file under {str(root)!r}: "
+                                    f"{exc.strerror}") from exc
         if direct is not False and hasattr(os, "O_DIRECT"):
-            try:
-                self._direct_fd = os.open(self._file, os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
+            try:  # the same inode again, through the descriptor: it has no name to open
+                self._direct_fd = os.open(f"/proc/self/fd/{self._fd}",
+                                          os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
             except OSError as exc:
                 if direct:
                     self._cleanup()
                     raise InvalidValueError(f"FileStorage: O_DIRECT is not supported under "
-                                     f"{str(root)!r}: {exc.strerror}") from exc
+                                            f"{str(root)!r}: {exc.strerror}") from exc
         self._lock = threading.Lock()
         self._bounce = threading.local()
         self._record = 0  # bytes per record, fixed by the first put or reserve
@@ -340,7 +350,7 @@ class FileStorage(Storage):
         self._n_records = 0
         self._allocated = 0  # records backed by fallocate
         self._closed = False
-        log.debug("FileStorage in %s (O_DIRECT %s)", self.directory, self.direct)
+        log.debug("FileStorage under %s (O_DIRECT %s)", self.path, self.direct)
 
     @property
     def direct(self) -> bool:
@@ -364,7 +374,7 @@ class FileStorage(Storage):
 
     def free_bytes(self) -> int:
         """Bytes free for this user on the device under ``path`` (statvfs)."""
-        stat = os.statvfs(self.directory)
+        stat = os.fstatvfs(self._fd)
         return stat.f_bavail * stat.f_frsize
 
     def reserve(self, nbytes: int, count: int) -> None:
@@ -515,7 +525,6 @@ class FileStorage(Storage):
             if fd >= 0:
                 os.close(fd)
         self._fd = self._direct_fd = -1
-        shutil.rmtree(self.directory, ignore_errors=True)
         self._remove_made_root()
 
     def _remove_made_root(self) -> None:
@@ -569,7 +578,7 @@ def from_config(config: dict[str, Any]) -> Storage:
 
 def open_storage(storage: Storage | str | os.PathLike[str] | None) -> tuple[Storage, bool]:
     """Resolve a Level-2 spec: None or "dram" (any case) for host DRAM, a path for a
-    :class:`FileStorage` in a private directory under it, or a :class:`Storage` instance.
+    :class:`FileStorage` with a nameless file under it, or a :class:`Storage` instance.
 
     Returns
     -------

@@ -224,11 +224,8 @@ def test_file_storage_leaves_nothing_behind(disk_dir: Path) -> None:
                            storage=disk_dir) as ckp:
         model.reset()
         ckp.apply_forward()
-        private = list(disk_dir.iterdir())
-        assert len(private) == 1 and private[0].name.startswith("asyncckpt-")
-        assert private[0].stat().st_mode & 0o777 == 0o700
-        for f in private[0].iterdir():
-            assert f.stat().st_mode & 0o777 == 0o600
+        assert ckp.stats.l2_writes > 0
+        assert list(disk_dir.iterdir()) == []  # the Level-2 file has no name
     assert list(disk_dir.iterdir()) == []
 
 
