@@ -22,7 +22,7 @@ from .errors import (
     UsageError,
 )
 from .stats import Stats
-from .storage import FileStorage, HostMemoryStorage, Storage
+from .storage import FileStorage, HostMemoryStorage, Storage, TieredStorage
 
 __all__ = [
     "ArrayCheckpoint",
@@ -41,6 +41,7 @@ __all__ = [
     "StorageError",
     "StorageFullError",
     "StorageKeyError",
+    "TieredStorage",
     "TransferError",
     "UsageError",
 ]

@@ -4,13 +4,14 @@ accepted."""
 from __future__ import annotations
 
 import os
+import re
 
 from schedules._args import check_bool, check_int
 
 from .errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["check_bool", "check_choice", "check_int", "check_operator", "environment",
-           "parse_flag", "parse_interval"]
+           "parse_bytes", "parse_flag", "parse_interval"]
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -59,3 +60,34 @@ def parse_interval(value: object, n_timesteps: int | None = None, *,
             raise InvalidValueError(f"{name} must be {bound} or 'auto', got {value!r}")
         value = int(text)
     return check_int(name, value, 1, n_timesteps)
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
+
+
+def parse_bytes(name: str, value: object) -> int:
+    """A size in bytes: an int, or text such as "512MiB", "8GB", "1.5 GiB" (KB, MB, GB, TB are
+    powers of 1000; KiB, MiB, GiB, TiB of 1024; any case). Must be positive.
+
+    Raises
+    ------
+    InvalidValueError
+        Naming the value and the accepted forms, for text that does not parse, zero, or a
+        negative size.
+    InvalidTypeError
+        For anything but an int or a str.
+    """
+    if isinstance(value, str):
+        match = _SIZE.fullmatch(value)
+        unit = match.group(2).lower() if match else ""
+        if match is None or unit not in _UNITS:
+            raise InvalidValueError(f"{name} must be a number of bytes, or a size such as "
+                                    f"'512MiB', '8GB' or '1.5 GiB', got {value!r}")
+        size = int(float(match.group(1)) * _UNITS[unit])
+    else:
+        size = check_int(name, value, -(2**63))
+    if size <= 0:
+        raise InvalidValueError(f"{name} must be a positive size in bytes, got {value!r}")
+    return size

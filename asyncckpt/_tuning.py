@@ -11,10 +11,11 @@ starts from it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from schedules.model import Costs, IntervalChoice, choose_interval
+from schedules.model import Costs, IntervalChoice, Level2Tier, choose_interval
 
 __all__ = ["CallFit", "IntervalTuner", "remembered", "remember", "forget_costs"]
 
@@ -78,6 +79,8 @@ class IntervalTuner:
     tb: float | None = None
     tcall: float = 0.0
     runs: int = 0
+    #: (tw, tr) of each tier of a tiered Level-2, fastest first, probed at construction
+    tier_costs: list[tuple[float, float]] | None = None
 
     def costs(self) -> Costs:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
@@ -90,10 +93,19 @@ class IntervalTuner:
                          tcall=self.tcall)
         return Costs(tf=self.tf, tb=tb, tw=self.tw, tr=self.tr, tc=self.tc, tcall=self.tcall)
 
-    def choose(self) -> IntervalChoice:
-        """The interval with the least predicted time, with the baselines' predictions."""
-        return choose_interval(self.n_steps, self.l1_slots, self.costs(),
-                               staging_buffers=self.staging_buffers, taping=self.taping)
+    def choose(self, l1_slots: int | None = None,
+               capacities: Sequence[int | None] | None = None, *,
+               max_candidates: int = 4096) -> IntervalChoice:
+        """The interval with the least predicted time with ``l1_slots`` slots (default: the
+        checkpointer's), with the baselines' predictions. ``capacities`` bound each tier of a
+        tiered Level-2 (priced with its own probed tw and tr)."""
+        tiers = None
+        if self.tier_costs is not None and capacities is not None:
+            tiers = [Level2Tier(capacity, tw, tr)
+                     for capacity, (tw, tr) in zip(capacities, self.tier_costs)]
+        return choose_interval(self.n_steps, l1_slots or self.l1_slots, self.costs(),
+                               staging_buffers=self.staging_buffers, taping=self.taping,
+                               max_candidates=max_candidates, tiers=tiers)
 
     def probed(self, short: float, long: float, steps: int) -> None:
         """Take tcall and tf from a call of one step (``short`` seconds) and one of ``steps``."""
@@ -106,7 +118,8 @@ class IntervalTuner:
     def learn(self, stats: Any, fit: CallFit) -> None:
         """Take tf and tcall (fitted over the run's forward calls), tb (time inside the reverse
         operator), tc (the run's own copies) and tw and tr (time on the Level-2 path, contention
-        included, less the first touch of fresh pages) from a completed run's :class:`Stats`."""
+        included, less the first touch of fresh pages) from a completed run's :class:`Stats`.
+        A tiered Level-2 keeps each tier's probed tw and tr: the run's busy time mixes them."""
         fitted = fit.fit()
         if fitted is not None:
             self.tcall, self.tf = fitted
@@ -122,10 +135,10 @@ class IntervalTuner:
             self.tb = self.tf + stats.reverse_compute_s / stats.reverse_steps
         if stats.copies:
             self.tc = stats.copy_s / stats.copies
-        if stats.l2_writes:
+        if stats.l2_writes and self.tier_costs is None:
             # fresh pages are faulted in once: the pool keeps them for the next run
             self.tw = max(stats.write_busy_s - stats.write_fresh_s, 0.0) / stats.l2_writes
-        if stats.l2_reads:
+        if stats.l2_reads and self.tier_costs is None:
             self.tr = stats.read_busy_s / stats.l2_reads
         self.runs += 1
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,17 +13,20 @@ from threadpoolctl import threadpool_limits
 
 from schedules import AsyncMultistage, EndForward, EndReverse, Revolve
 from schedules.actions import Action
+from schedules.model import IntervalChoice
 
+from ._budget import Budget, dram_tier, slot_candidates
 from ._buffers import copy_in, copy_out, padded
 from ._calibrate import THREAD_HANDOFF_S, measure_copy, measure_transfer, probe_forward
 from ._engine import TransferEngine
 from ._interpreter import Interpreter, Level1
-from ._options import check_bool, check_choice, check_int, check_operator, parse_interval
+from ._options import (check_bool, check_choice, check_int, check_operator, parse_bytes,
+                       parse_interval)
 from ._tuning import CallFit, IntervalTuner, remember, remembered
 from .checkpoint import check_arrays, check_descriptor
-from .errors import UsageError
+from .errors import InvalidValueError, MemoryBudgetError, UsageError
 from .stats import Stats
-from .storage import Storage, open_storage
+from .storage import HostMemoryStorage, Storage, TieredStorage, open_storage
 
 __all__ = ["AsyncCheckpointer"]
 
@@ -104,9 +108,10 @@ class AsyncCheckpointer:
         rev_operator: Any,
         n_timesteps: int,
         *,
-        l1_slots: int,
+        l1_slots: int | None = None,
         interval: int | str = "auto",
-        storage: Storage | str | os.PathLike[str] | None = None,
+        storage: Storage | str | os.PathLike[str] | list[Any] | None = None,
+        memory_budget: int | str | None = None,
         staging_buffers: int = 2,
         io_threads: int = 1,
         transfers: str = "auto",
@@ -120,7 +125,12 @@ class AsyncCheckpointer:
         check_operator("fwd_operator", fwd_operator)
         check_operator("rev_operator", rev_operator)
         self.n_timesteps = check_int("n_timesteps", n_timesteps, 1)
-        self.l1_slots = check_int("l1_slots", l1_slots, 1)
+        if l1_slots is None and memory_budget is None:
+            raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (host bytes), "
+                                    "or both; got neither")
+        fixed_slots = None if l1_slots is None else check_int("l1_slots", l1_slots, 1)
+        self.memory_budget = (None if memory_budget is None
+                              else parse_bytes("memory_budget", memory_budget))
         interval = parse_interval(interval, self.n_timesteps)
         staging_buffers = check_int("staging_buffers", staging_buffers, 1)
         io_threads = check_int("io_threads", io_threads, 1)
@@ -137,22 +147,42 @@ class AsyncCheckpointer:
         first = check_arrays(checkpoint.get_data(0), self.nbytes, self.dtype,
                              "checkpoint.get_data(0)")
 
+        engine_buffers = staging_buffers + AsyncMultistage.prefetch_slots
+        self._engine_buffers = engine_buffers
+        self._budget = (None if self.memory_budget is None
+                        else Budget(self.memory_budget, self.nbytes, engine_buffers))
+        self._slots_fixed = fixed_slots is not None
+        self.l1_slots, self.in_level1 = self._split(fixed_slots, interval)
+        if self._budget is not None and not self.in_level1 and storage is None:
+            storage = ["dram", tempfile.gettempdir()]  # DRAM up to the budget, then spill
         self.storage, self._owns_storage = open_storage(storage)
+        self._dram: int | None = None
+        if self._budget is not None and not self.in_level1:
+            if isinstance(self.storage, HostMemoryStorage):  # bounded by the budget
+                self.storage = TieredStorage([self.storage], owned=[self._owns_storage])
+                self._owns_storage = True
+            self._dram = dram_tier(self.storage)
         self.interval = 0
         self.schedule: AsyncMultistage | Revolve | None = None
         self._tuner: IntervalTuner | None = None
         self._tuner_key: tuple[object, ...] = ()
         self._level1 = Level1(self.nbytes)
-        # every state the reverse sweep reads fits in Level-1: no Level-2 at all
-        self.in_level1 = self.l1_slots >= self.n_timesteps - (1 if self.taping else 0)
         try:
+            self._use_slots(self.l1_slots)
             if self.in_level1:
                 self._plan_level1()
             elif isinstance(interval, int):
                 self._plan(interval)
             self.transfer_costs: tuple[float, float] | None = None
+            self.tier_costs: list[tuple[float, float]] | None = None
             if not self.in_level1 and (self._owns_storage or interval == "auto"):
-                self.transfer_costs = measure_transfer(self.storage, self.nbytes)
+                if isinstance(self.storage, TieredStorage):
+                    self.tier_costs = [measure_transfer(t, self.nbytes)
+                                       for t in self.storage.tiers]
+                    self.transfer_costs = self.tier_costs[0]
+                    transfers = "background" if transfers == "auto" else transfers
+                else:
+                    self.transfer_costs = measure_transfer(self.storage, self.nbytes)
             if transfers == "auto":
                 cheap = (self.transfer_costs is not None
                          and sum(self.transfer_costs) < 2 * THREAD_HANDOFF_S)
@@ -174,7 +204,8 @@ class AsyncCheckpointer:
                 self._tuner_key = self._cost_key(fwd_operator, rev_operator, transfers)
                 self._tuner = remembered(self._tuner_key, IntervalTuner(
                     self.n_timesteps, self.l1_slots, staging_buffers, transfers == "inline",
-                    self.taping, tw=tw, tr=tr, tc=self._measure_copy(first)))
+                    self.taping, tw=tw, tr=tr, tc=self._measure_copy(first),
+                    tier_costs=self.tier_costs))
                 if self.n_timesteps == 1:
                     self._plan(1)
         except BaseException:
@@ -182,8 +213,6 @@ class AsyncCheckpointer:
             if self._owns_storage:
                 self.storage.close()
             raise
-        buffers = 0 if self.in_level1 else staging_buffers + AsyncMultistage.prefetch_slots
-        self.l1_bytes = (min(self.l1_slots, self.n_timesteps) + buffers) * padded(self.nbytes)
         self._closed = False
         self._actions: Iterator[Action] | None = None
         self._phase = "idle"  # idle -> forward-done -> idle
@@ -194,6 +223,45 @@ class AsyncCheckpointer:
                  "Level-2 %r, transfers %s, taping %s", self.n_timesteps,
                  "Level-1 only" if self.in_level1 else interval, self.l1_slots, self.nbytes,
                  self.l1_bytes / 2**20, self.storage, self.transfers, self.taping)
+
+    def _split(self, fixed_slots: int | None, interval: int | str) -> tuple[int, bool]:
+        """Level-1 slots, and whether the run needs no Level-2 (every state the reverse sweep
+        reads fits in Level-1, or the budget leaves no room for the transfer engine)."""
+        n = self.n_timesteps
+        needed = max(1, n - (1 if self.taping else 0))
+        budget = self._budget
+        if budget is None:
+            assert fixed_slots is not None
+            return fixed_slots, fixed_slots >= needed
+        if fixed_slots is not None:
+            level1_only = fixed_slots >= needed or budget.max_slots_with_level2 < 1
+            budget.check_slots(fixed_slots, not level1_only)
+            return fixed_slots, level1_only
+        if budget.buffers >= needed:
+            return needed, True
+        if budget.max_slots_with_level2 < 1:
+            return min(budget.buffers, n), True  # Revolve in the budget's slots alone
+        guess = interval if isinstance(interval, int) else 10  # "auto" revises it every run
+        return max(1, min(guess, budget.max_slots_with_level2)), False
+
+    def _use_slots(self, l1_slots: int) -> None:
+        """Run with ``l1_slots`` Level-1 slots; the DRAM tier of Level-2 gets what the budget
+        leaves beside them."""
+        self.l1_slots = l1_slots
+        if self._budget is not None and self._dram is not None:
+            assert isinstance(self.storage, TieredStorage)
+            self.storage.set_capacity(self._dram, self._budget.dram_states(l1_slots))
+        buffers = 0 if self.in_level1 else self._engine_buffers
+        self.l1_bytes = (min(l1_slots, self.n_timesteps) + buffers) * padded(self.nbytes)
+
+    def _capacities(self, l1_slots: int) -> list[int | None] | None:
+        """Each Level-2 tier's capacity with ``l1_slots`` slots (None: one untiered Level-2)."""
+        if not isinstance(self.storage, TieredStorage):
+            return None
+        capacities = list(self.storage.capacities)
+        if self._budget is not None and self._dram is not None:
+            capacities[self._dram] = self._budget.dram_states(l1_slots)
+        return capacities
 
     def _cost_key(self, fwd: object, rev: object, transfers: str) -> tuple[object, ...]:
         """What the measured unit costs depend on: the operators' kinds, the state size, the
@@ -214,10 +282,17 @@ class AsyncCheckpointer:
         """Use ``interval`` from now on: build its schedule and make room on Level-2."""
         if isinstance(self.schedule, AsyncMultistage) and interval == self.interval:
             return
+        schedule = AsyncMultistage(self.n_timesteps, interval, self.l1_slots, taping=self.taping)
+        capacities = self._capacities(self.l1_slots)
+        if capacities is not None and None not in capacities \
+                and sum(c for c in capacities if c is not None) < schedule.l2_states:
+            raise MemoryBudgetError(
+                f"interval {interval} keeps {schedule.l2_states} states on Level-2, but its "
+                f"tiers hold {sum(c for c in capacities if c is not None)} within memory_budget="
+                f"{self.memory_budget} bytes: give a larger interval or budget, or a disk tier")
         self.interval = interval
-        self.schedule = AsyncMultistage(self.n_timesteps, interval, self.l1_slots,
-                                        taping=self.taping)
-        self.storage.reserve(self.nbytes, self.schedule.l2_states)
+        self.schedule = schedule
+        self.storage.reserve(self.nbytes, schedule.l2_states)
 
     def _measure_copy(self, arrays: list[np.ndarray]) -> float:
         """Seconds of the staging copy of one state (a store's cost to the caller)."""
@@ -291,8 +366,29 @@ class AsyncCheckpointer:
             remember(self._tuner_key, self._tuner)
 
     def _choose(self, tuner: IntervalTuner) -> None:
-        choice = tuner.choose()
+        """Take the schedule the model predicts fastest: an interval, or Revolve in Level-1
+        alone; under a budget without fixed slots, also the split of the budget between Level-1
+        slots and the DRAM tier."""
+        if self._budget is not None and not self._slots_fixed:
+            best: tuple[float, int, IntervalChoice] | None = None
+            for slots in slot_candidates(min(self._budget.max_slots_with_level2,
+                                             self.n_timesteps)):
+                try:
+                    choice = tuner.choose(slots, self._capacities(slots), max_candidates=512)
+                except InvalidValueError:  # these tiers hold no state beside so many slots
+                    continue
+                fastest = min(choice.prediction.total_s, choice.revolve.total_s)
+                if best is None or fastest < best[0]:
+                    best = (fastest, slots, choice)
+            if best is None:
+                raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
+                                        f"room on Level-2 {self.storage!r}")
+            _, slots, choice = best
+            self._use_slots(slots)
+        else:
+            choice = tuner.choose(self.l1_slots, self._capacities(self.l1_slots))
         self._stats.calibration = tuner.record(choice)
+        self._stats.l1_slots, self._stats.l1_bytes = self.l1_slots, self.l1_bytes
         if choice.revolve.total_s < choice.prediction.total_s:
             # Revolve in the Level-1 slots alone beats every interval: no Level-2 at all
             self._plan_level1()

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ __all__ = [
     "Storage",
     "HostMemoryStorage",
     "FileStorage",
+    "TieredStorage",
     "from_config",
     "open_storage",
     "release_memory",
@@ -547,6 +549,143 @@ class FileStorage(Storage):
             self.close()
 
 
+class TieredStorage(Storage):
+    """Level-2 in tiers, fastest first: a state goes to the first tier with room and stays
+    there until deleted; reads go to whichever tier holds it.
+
+    Parameters
+    ----------
+    tiers : sequence of Storage
+        The tiers, fastest first (host DRAM, then a disk, say).
+    capacities : sequence of int or None, optional
+        How many states each tier may hold at once; None (the default for every tier) is no
+        limit. A put that finds no room raises :class:`StorageFullError`.
+    owned : sequence of bool, optional
+        Which tiers :meth:`close` closes (default: all).
+    """
+
+    def __init__(self, tiers: Sequence[Storage], capacities: Sequence[int | None] | None = None,
+                 *, owned: Sequence[bool] | None = None) -> None:
+        self.tiers = list(tiers)
+        if not self.tiers or not all(isinstance(t, Storage) for t in self.tiers):
+            raise InvalidTypeError(f"TieredStorage needs one Storage per tier, got {tiers!r}")
+        self.capacities: list[int | None] = (list(capacities) if capacities is not None
+                                             else [None] * len(self.tiers))
+        if len(self.capacities) != len(self.tiers):
+            raise InvalidValueError(f"TieredStorage: {len(self.capacities)} capacities for "
+                                    f"{len(self.tiers)} tiers")
+        self._owned = list(owned) if owned is not None else [True] * len(self.tiers)
+        self._lock = threading.Lock()
+        self._where: dict[int, int] = {}
+        self._held = [0] * len(self.tiers)
+        #: states written to each tier since the counters were last reset
+        self.writes = [0] * len(self.tiers)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        tiers = ", ".join(f"{t!r} (at most {c})" if c is not None else repr(t)
+                          for t, c in zip(self.tiers, self.capacities))
+        return f"TieredStorage([{tiers}])"
+
+    @property
+    def fresh_s(self) -> float:  # type: ignore[override]
+        return sum(t.fresh_s for t in self.tiers)
+
+    @property
+    def nbytes_held(self) -> int:
+        """Bytes of DRAM the in-process tiers hold (see :attr:`HostMemoryStorage.nbytes_held`)."""
+        return sum(t.nbytes_held for t in self.tiers if isinstance(t, HostMemoryStorage))
+
+    def set_capacity(self, tier: int, capacity: int | None) -> None:
+        """Change how many states ``tier`` may hold from now on."""
+        with self._lock:
+            self.capacities[tier] = capacity
+
+    def _place(self, key: int, call: str) -> int:
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"TieredStorage.{call}({key}): the storage is closed")
+            if key in self._where:
+                raise StorageKeyError(f"TieredStorage.{call}({key}): key already stored")
+            for index, capacity in enumerate(self.capacities):
+                if capacity is None or self._held[index] < capacity:
+                    self._held[index] += 1
+                    self._where[key] = index
+                    return index
+        raise StorageFullError(f"TieredStorage.{call}({key}): every tier is full "
+                               f"({self._held} states of at most {self.capacities})")
+
+    def _unplace(self, key: int) -> int:
+        with self._lock:
+            index = self._where.pop(key)
+            self._held[index] -= 1
+            return index
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        index = self._place(key, "put")
+        try:
+            self.tiers[index].put(key, buf)
+        except BaseException:
+            self._unplace(key)
+            raise
+        self.writes[index] += 1
+
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        index = self._place(key, "adopt")
+        try:
+            spare = self.tiers[index].adopt(key, buffer, nbytes)
+        except BaseException:
+            self._unplace(key)
+            raise
+        self.writes[index] += 1
+        return spare
+
+    def tier_of(self, key: int) -> int:
+        """The index of the tier holding ``key``."""
+        with self._lock:
+            index = self._where.get(key)
+        if index is None:
+            raise StorageKeyError(f"TieredStorage: key {key} not stored")
+        return index
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        with self._lock:
+            index = self._where.get(key)
+        if index is None:
+            raise StorageKeyError(f"TieredStorage.get({key}): key not stored")
+        self.tiers[index].get(key, out)
+
+    def delete(self, key: int) -> None:
+        with self._lock:
+            if key not in self._where:
+                raise StorageKeyError(f"TieredStorage.delete({key}): key not stored")
+        self.tiers[self._unplace(key)].delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._where
+
+    def reserve(self, nbytes: int, count: int) -> None:
+        """Reserve on each tier, in order, what its capacity lets it take of ``count``."""
+        for tier, capacity in zip(self.tiers, self.capacities):
+            if count <= 0:
+                break
+            share = count if capacity is None else min(count, capacity)
+            if share:
+                tier.reserve(nbytes, share)
+            count -= share
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._where.clear()
+        for tier, owned in zip(self.tiers, self._owned):
+            if owned:
+                tier.close()
+
+
 def _backends() -> dict[str, type[Storage]]:
     """Every concrete Storage subclass defined so far, by class name (the first one wins)."""
     found: dict[str, type[Storage]] = {}
@@ -576,20 +715,41 @@ def from_config(config: dict[str, Any]) -> Storage:
     return backends[name](**{k: v for k, v in config.items() if k != "name"})  # type: ignore[index]
 
 
-def open_storage(storage: Storage | str | os.PathLike[str] | None) -> tuple[Storage, bool]:
+def open_storage(storage: Any) -> tuple[Storage, bool]:
     """Resolve a Level-2 spec: None or "dram" (any case) for host DRAM, a path for a
-    :class:`FileStorage` with a nameless file under it, or a :class:`Storage` instance.
+    :class:`FileStorage` with a nameless file under it, a :class:`Storage` instance, or a list
+    or tuple of those: tiers, fastest first, as one :class:`TieredStorage` (a list of one is
+    that one tier).
 
     Returns
     -------
     (Storage, bool)
-        The backend, and whether this call made it (and so whoever called must close it).
+        The backend, and whether this call made it (and so whoever called must close it; a
+        TieredStorage made here closes only the tiers made here).
 
     Raises
     ------
     InvalidTypeError
         If ``storage`` is none of those.
     """
+    if isinstance(storage, (list, tuple)):
+        if not storage:
+            raise InvalidValueError("storage is an empty list; expected tiers, fastest first, "
+                                    "such as ['dram', '/scratch']")
+        opened: list[tuple[Storage, bool]] = []
+        try:
+            for spec in storage:
+                if isinstance(spec, (list, tuple)):
+                    raise InvalidTypeError(f"storage tiers cannot nest, got {spec!r}")
+                opened.append(open_storage(spec))
+        except BaseException:
+            for tier, owned in opened:
+                if owned:
+                    tier.close()
+            raise
+        if len(opened) == 1:
+            return opened[0]
+        return TieredStorage([t for t, _ in opened], owned=[o for _, o in opened]), True
     if storage is None or (isinstance(storage, str) and storage.strip().lower() == "dram"):
         return HostMemoryStorage(), True
     if isinstance(storage, (str, os.PathLike)):
@@ -597,6 +757,6 @@ def open_storage(storage: Storage | str | os.PathLike[str] | None) -> tuple[Stor
     if isinstance(storage, Storage):
         return storage, False
     raise InvalidTypeError(
-        f"storage must be None or 'dram' (host DRAM), a path, or an asyncckpt.storage.Storage "
-        f"instance; got {type(storage).__name__}"
+        f"storage must be None or 'dram' (host DRAM), a path, an asyncckpt.storage.Storage "
+        f"instance, or a list of those (tiers); got {type(storage).__name__}"
     )

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import assert_never
 
 from ._args import check_int
@@ -33,6 +33,9 @@ __all__ = [
     "predict_store_all",
     "predict_revolve",
     "predict_async_multistage",
+    "predict_tiered",
+    "Level2Tier",
+    "tiers_hold",
     "simulate_times",
     "choose_interval",
     "IntervalChoice",
@@ -257,12 +260,75 @@ class IntervalChoice:
     store_all: Prediction
 
 
+@dataclass(frozen=True, slots=True)
+class Level2Tier:
+    """One tier of a tiered Level-2, fastest first: ``capacity`` states at most (None: any
+    number), each written in ``tw`` and read back in ``tr`` seconds."""
+
+    capacity: int | None
+    tw: float
+    tr: float
+
+
+def _tier_shares(stores: int, tiers: Sequence[Level2Tier]) -> list[tuple[Level2Tier, int]]:
+    """How many of ``stores`` Level-2 states each tier holds: the forward sweep frees nothing, so
+    states fill the tiers in order."""
+    shares, left = [], stores
+    for tier in tiers:
+        taken = left if tier.capacity is None else min(left, tier.capacity)
+        if taken:
+            shares.append((tier, taken))
+        left -= taken
+    if left:
+        raise InvalidValueError(f"{stores} Level-2 states do not fit in tiers holding "
+                                f"{stores - left}")
+    return shares
+
+
+def predict_tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
+                   tiers: Sequence[Level2Tier], *, staging_buffers: int = 2,
+                   taping: bool = True) -> Prediction:
+    """:func:`predict_async_multistage` over a tiered Level-2: each tier's prediction (its own
+    ``tw`` and ``tr``), weighted by the share of the schedule's Level-2 states it holds.
+
+    Raises
+    ------
+    InvalidValueError
+        If the tiers cannot hold the schedule's Level-2 states.
+    """
+    stores = math.ceil(n_steps / interval)
+    shares = _tier_shares(stores, tiers)
+    parts = [(taken / stores, predict_async_multistage(
+        n_steps, interval, l1_slots, replace(costs, tw=tier.tw, tr=tier.tr),
+        staging_buffers=staging_buffers, taping=taping)) for tier, taken in shares]
+    first = parts[0][1]
+    return Prediction(
+        "async_multistage_tiered",
+        sum(w * p.total_s for w, p in parts), sum(w * p.forward_s for w, p in parts),
+        sum(w * p.reverse_s for w, p in parts), first.forward_steps,
+        sum(w * p.write_stall_s for w, p in parts), sum(w * p.read_stall_s for w, p in parts))
+
+
+def tiers_hold(n_steps: int, interval: int, tiers: Sequence[Level2Tier]) -> bool:
+    """Whether ``tiers`` can hold the Level-2 states of an interval."""
+    room = [t.capacity for t in tiers]
+    return None in room or sum(c for c in room if c is not None) >= math.ceil(n_steps / interval)
+
+
 def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffers: int = 2,
-                    max_candidates: int = 4096, taping: bool = True) -> IntervalChoice:
+                    max_candidates: int = 4096, taping: bool = True,
+                    tiers: Sequence[Level2Tier] | None = None) -> IntervalChoice:
     """Return the interval I in [1, n] with the least predicted time (closed form with stalls).
 
     Every I up to ``max_candidates`` is priced, and a geometric grid above it; ties go to the
-    smaller I (fewer states recomputed, sooner overlap). With ``tw <= tf`` this is 1.
+    smaller I (fewer states recomputed, sooner overlap). With ``tw <= tf`` this is 1. With
+    ``tiers`` (a tiered Level-2, fastest first), each interval is priced by
+    :func:`predict_tiered` and intervals whose states the tiers cannot hold are skipped.
+
+    Raises
+    ------
+    InvalidValueError
+        If ``tiers`` hold no state at all.
     """
     n = check_int("n_steps", n_steps, 1)
     l1_slots = check_int("l1_slots", l1_slots, 1)
@@ -274,11 +340,18 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     candidates.add(n)
     best_interval, best = 0, None
     for interval in sorted(candidates):
-        prediction = predict_async_multistage(n, interval, l1_slots, costs,
-                                              staging_buffers=staging_buffers, taping=taping)
+        if tiers is None:
+            prediction = predict_async_multistage(n, interval, l1_slots, costs,
+                                                  staging_buffers=staging_buffers, taping=taping)
+        elif tiers_hold(n, interval, tiers):
+            prediction = predict_tiered(n, interval, l1_slots, costs, tiers,
+                                        staging_buffers=staging_buffers, taping=taping)
+        else:
+            continue
         if best is None or prediction.total_s < best.total_s * (1 - 1e-12):
             best_interval, best = interval, prediction
-    assert best is not None
+    if best is None:
+        raise InvalidValueError("the Level-2 tiers hold no state: give one a capacity")
     return IntervalChoice(best_interval, best, predict_revolve(n, l1_slots, costs, taping=taping),
                           predict_store_all(n, costs, taping=taping))
 

@@ -42,7 +42,7 @@ def make(n: int = 10, **overrides):
         (dict(taping=0), TypeError, "taping must be True or False, got 0"),
         (dict(fwd=object()), TypeError, "fwd_operator must have an apply"),
         (dict(rev=lambda t: t), TypeError, "rev_operator must have an apply"),
-        (dict(storage=42), TypeError, "storage must be None or 'dram' .* got int"),
+        (dict(storage=42), TypeError, "storage must be None or .dram. .* got int"),
     ],
 )
 def test_bad_arguments(kwargs: dict, error: type, message: str) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from asyncckpt import FileStorage, HostMemoryStorage, Storage, StorageFullError, StorageKeyError
+from asyncckpt.storage import TieredStorage
 from asyncckpt._buffers import PAGE, aligned_buffer
 from asyncckpt.testing import StorageTests
 
@@ -137,7 +138,7 @@ def test_the_suite_refuses_what_is_not_a_storage(tmp_path: Path) -> None:
 def test_the_checkpointer_refuses_what_is_not_a_storage() -> None:
     from asyncckpt.storage import open_storage
 
-    with pytest.raises(TypeError, match="Storage instance; got NotAStorage"):
+    with pytest.raises(TypeError, match="Storage instance, or a list of those \(tiers\); got NotAStorage"):
         open_storage(NotAStorage())  # type: ignore[arg-type]
     storage, owned = open_storage("DRAM")
     assert isinstance(storage, HostMemoryStorage) and owned
@@ -298,3 +299,42 @@ def test_memory_pool_keeps_at_most_its_limit() -> None:
     assert pool.take(4 * PAGE - 100) is not None  # a page-padded buffer serves too
     assert pool.take(PAGE) is None
     assert pool.release() == 4 * PAGE
+
+
+class TestTieredStorage(ProjectBackend):
+    """DRAM for two states, then a disk file: the suite's states spill across both."""
+
+    def make_storage(self, tmp_path: Path) -> Storage:
+        return TieredStorage([HostMemoryStorage(), FileStorage(tmp_path)], [2, None])
+
+    def test_reserve_beyond_the_device_fails_fast_with_numbers(self, tmp_path: Path) -> None:
+        storage = TieredStorage([HostMemoryStorage(), FileStorage(tmp_path)], [2, None])
+        with pytest.raises(StorageFullError, match=r"\d+(\.\d+)? GiB"):
+            storage.reserve(1 << 30, 1 << 20)
+        storage.close()
+
+    def test_states_fill_the_tiers_in_order_and_freed_room_is_reused(self, tmp_path: Path) -> None:
+        storage = TieredStorage([HostMemoryStorage(), FileStorage(tmp_path)], [2, None])
+        try:
+            for key in range(5):
+                storage.put(key, np.full(300, key, dtype=np.uint8))
+            assert [storage.tier_of(k) for k in range(5)] == [0, 0, 1, 1, 1]
+            storage.delete(1)
+            storage.put(9, np.full(300, 9, dtype=np.uint8))
+            assert storage.tier_of(9) == 0 and storage.writes == [3, 3]
+            out = np.empty(300, dtype=np.uint8)
+            for key in (0, 2, 3, 4, 9):
+                storage.get(key, out)
+                assert (out == key).all()
+        finally:
+            storage.close()
+
+    def test_a_bounded_last_tier_refuses_more(self, tmp_path: Path) -> None:
+        storage = TieredStorage([HostMemoryStorage()], [1])
+        try:
+            storage.put(0, np.zeros(10, dtype=np.uint8))
+            with pytest.raises(StorageFullError, match="every tier is full"):
+                storage.put(1, np.zeros(10, dtype=np.uint8))
+            assert 1 not in storage
+        finally:
+            storage.close()
