@@ -13,6 +13,8 @@ keyword                       environment variable       default
 ``interval``                  ``ASYNCCKPT_INTERVAL``     ``auto`` (chosen by the model)
 ``taping``                    ``ASYNCCKPT_TAPING``       ``1`` (pyrevolve's protocol); ``0``:
                                                          the taping-free reverse
+``memory_budget``             ``ASYNCCKPT_MEMORY_BUDGET``  with ``n_checkpoints=None``: a quarter
+                                                         of the available memory
 ============================  =========================  =======================================
 
 Other keywords go to :class:`asyncckpt.AsyncCheckpointer`. pyrevolve itself is never imported.
@@ -29,7 +31,7 @@ import psutil
 from schedules import simulate
 
 from ._buffers import padded
-from ._options import environment, parse_flag, parse_interval
+from ._options import environment, parse_bytes, parse_flag, parse_interval
 from ._pool import POOL
 from .checkpoint import Checkpoint, check_descriptor
 from .checkpointer import AsyncCheckpointer
@@ -37,10 +39,37 @@ from .errors import InvalidValueError, MemoryBudgetError
 from .stats import Stats
 from .storage import Storage
 
-__all__ = ["Revolver", "Operator", "Checkpoint", "choose_l1_slots", "taping_from_environment"]
+__all__ = ["Revolver", "Operator", "Checkpoint", "choose_l1_slots", "default_budget",
+           "taping_from_environment"]
 
-#: Share of the available memory that ``n_checkpoints=None`` lets Level-1 slots take.
+#: Share of the available memory that ``n_checkpoints=None`` takes as its memory budget.
 MEMORY_SHARE = 0.25
+
+
+def default_budget(nbytes: int, available: int | None = None) -> int:
+    """The memory budget of ``n_checkpoints=None``: ``$ASYNCCKPT_MEMORY_BUDGET`` where set, else a
+    quarter of the available memory (psutil; what asyncckpt's pool keeps for reuse counts as
+    available). It bounds Level-1 slots, staging and prefetch buffers and DRAM Level-2 together;
+    Level-2 beyond it goes to the temporary directory (unless ``storage`` says where).
+
+    Raises
+    ------
+    MemoryBudgetError
+        If a quarter of the available memory holds no state beside the four staging and
+        prefetch buffers.
+    """
+    text = environment("ASYNCCKPT_MEMORY_BUDGET")
+    if text is not None:
+        return parse_bytes("ASYNCCKPT_MEMORY_BUDGET", text)
+    if available is None:
+        available = psutil.virtual_memory().available + POOL.nbytes
+    budget = int(MEMORY_SHARE * available)
+    if budget // padded(nbytes) < 5:
+        raise MemoryBudgetError(
+            f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
+            f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
+        )
+    return budget
 
 
 class Operator(abc.ABC):
@@ -91,7 +120,11 @@ class Revolver:
         own ``Checkpoint`` works unchanged.
     fwd_operator, rev_operator : objects with ``apply(t_start=..., t_end=...)``
     n_checkpoints : int or None
-        Level-1 slots (>= 1). None: :func:`choose_l1_slots` from the state size and free memory.
+        Level-1 slots (>= 1). None: a memory budget (``$ASYNCCKPT_MEMORY_BUDGET``, else a
+        quarter of the available memory, :func:`default_budget`) that Level-1 slots, the
+        staging and prefetch buffers and DRAM Level-2 share; the model splits it, and Level-2
+        beyond it goes to the temporary directory unless ``storage`` (or
+        ``$ASYNCCKPT_STORAGE``) names where. ``n_checkpoints`` then reports the slots chosen.
     n_timesteps : int
         n (>= 1).
     storage : None, "dram", path or Storage, optional
@@ -120,9 +153,8 @@ class Revolver:
             raise InvalidValueError("n_timesteps is None: online checkpointing (unknown n) is not "
                              "supported; give the number of time steps")
         nbytes = check_descriptor(checkpoint)
-        if n_checkpoints is None:
-            if isinstance(n_timesteps, int) and n_timesteps >= 1:
-                n_checkpoints = choose_l1_slots(nbytes, n_timesteps)
+        if n_checkpoints is None and "memory_budget" not in options:
+            options["memory_budget"] = default_budget(nbytes)
         elif isinstance(n_checkpoints, int) and not isinstance(n_checkpoints, bool) \
                 and n_checkpoints < 1:
             raise InvalidValueError(f"n_checkpoints must be >= 1 (one Level-1 slot at least), got "
@@ -137,12 +169,12 @@ class Revolver:
         self.checkpoint = checkpoint
         self.fwd_operator = fwd_operator
         self.rev_operator = rev_operator
-        self.n_checkpoints: int = n_checkpoints  # type: ignore[assignment] # AsyncCheckpointer checks it
         self.n_timesteps = n_timesteps
         self._counted: tuple[object, int] | None = None
         self.checkpointer = AsyncCheckpointer(
-            checkpoint, fwd_operator, rev_operator, n_timesteps, l1_slots=self.n_checkpoints,
+            checkpoint, fwd_operator, rev_operator, n_timesteps, l1_slots=n_checkpoints,
             interval=interval, storage=storage, taping=taping, **options)
+        self.n_checkpoints: int = self.checkpointer.l1_slots
 
     def apply_forward(self) -> None:
         """The forward sweep, u_0 to u_n; a second call starts a new run."""

@@ -127,7 +127,39 @@ def test_none_checkpoints_chooses_from_free_memory() -> None:
         choose_l1_slots(10**9, 10, available=10**9)
     model = RecurrentCell(8)
     with Revolver(model, Forward(model), Reverse(model), None, 8) as revolver:
-        assert revolver.n_checkpoints == 8
+        assert revolver.n_checkpoints == 7  # store-all in Level-1: n - 1 states under taping
+        assert revolver.checkpointer.in_level1
+
+
+def test_none_checkpoints_takes_a_memory_budget(monkeypatch, tmp_path) -> None:
+    """``n_checkpoints=None`` runs within a budget ($ASYNCCKPT_MEMORY_BUDGET, else a quarter of
+    the available memory) shared by Level-1 and DRAM Level-2, spilling the rest."""
+    from asyncckpt import TieredStorage
+    from asyncckpt._buffers import padded
+    from asyncckpt.checkpoint import check_descriptor
+    from asyncckpt.compat import default_budget
+
+    model = RecurrentCell(120)
+    buffer = padded(check_descriptor(model))
+    monkeypatch.setenv("ASYNCCKPT_MEMORY_BUDGET", str(20 * buffer))
+    monkeypatch.setenv("ASYNCCKPT_STORAGE", "")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with Revolver(model, Forward(model), Reverse(model), None, 120) as revolver:
+        ckp = revolver.checkpointer
+        assert ckp.memory_budget == 20 * buffer
+        assert isinstance(ckp.storage, TieredStorage)
+        model.reset()
+        revolver.apply_forward()
+        model.reset_adjoint()
+        revolver.apply_reverse()
+        assert ckp.l1_slots + 4 + ckp.storage.capacities[0] <= 20
+    monkeypatch.setenv("ASYNCCKPT_MEMORY_BUDGET", "a lot")
+    with pytest.raises(ValueError, match="ASYNCCKPT_MEMORY_BUDGET must be a number of bytes"):
+        Revolver(model, Forward(model), Reverse(model), None, 120)
+    monkeypatch.delenv("ASYNCCKPT_MEMORY_BUDGET")
+    assert default_budget(1000, available=4 * 10**9) == 10**9
+    with pytest.raises(MemoryError, match="no room for a Level-1 slot"):
+        default_budget(10**9, available=10**9)
 
 
 def test_storage_and_interval_from_the_environment(monkeypatch, disk_dir) -> None:

@@ -138,7 +138,7 @@ def test_the_suite_refuses_what_is_not_a_storage(tmp_path: Path) -> None:
 def test_the_checkpointer_refuses_what_is_not_a_storage() -> None:
     from asyncckpt.storage import open_storage
 
-    with pytest.raises(TypeError, match="Storage instance, or a list of those \(tiers\); got NotAStorage"):
+    with pytest.raises(TypeError, match=r"Storage instance, or a list of those \(tiers\); got NotAStorage"):
         open_storage(NotAStorage())  # type: ignore[arg-type]
     storage, owned = open_storage("DRAM")
     assert isinstance(storage, HostMemoryStorage) and owned

@@ -11,6 +11,9 @@ from .model import (LSTM, ForwardOperator, ReverseOperator, StepCheckpoint, Step
 
 __all__ = ["METHODS", "run_method", "describe", "parse_interval"]
 
+#: the host memory budget of ``async-budget``, whatever n
+BUDGET = "4MiB"
+
 #: method name -> what it is
 METHODS = {
     "backprop": "standard backpropagation, every activation stored",
@@ -21,6 +24,8 @@ METHODS = {
     "async-disk": "asyncckpt, Level-2 on the disk",
     "async-taping-free": "asyncckpt taping-free, Level-2 in host DRAM; the checkpoint holds the "
                          "activations the reverse step reads",
+    "async-budget": f"asyncckpt within memory_budget={BUDGET!r}: Level-1 and DRAM Level-2 share "
+                    "it, the rest spills to the disk",
 }
 
 
@@ -76,7 +81,8 @@ def _store_all(model: LSTM, **_: Any) -> dict[str, Any]:
     return _pyrevolve(model, model.n_steps - 1)
 
 
-def _asyncckpt(storage: Callable[[str], Any], taping: bool = True) -> Callable[..., dict[str, Any]]:
+def _asyncckpt(storage: Callable[[str], Any], taping: bool = True,
+               budget: str | None = None) -> Callable[..., dict[str, Any]]:
     def run(model: LSTM, slots: int, interval: int | str, level2_dir: str, **_: Any) -> dict[str, Any]:
         from asyncckpt import AsyncCheckpointer
 
@@ -85,7 +91,8 @@ def _asyncckpt(storage: Callable[[str], Any], taping: bool = True) -> Callable[.
         else:
             model.step(0)  # u_0 of the taping-free checkpoint is step 0's scratch
             operators = (StepCheckpoint(model), StepForwardOperator(model), StepReverseOperator(model))
-        with AsyncCheckpointer(*operators, model.n_steps, l1_slots=slots, interval=interval,
+        with AsyncCheckpointer(*operators, model.n_steps, interval=interval,
+                               l1_slots=None if budget else slots, memory_budget=budget,
                                storage=storage(level2_dir), taping=taping) as ckp:
             ckp.apply_forward()
             ckp.apply_reverse()
@@ -107,6 +114,7 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "async-tmpfs": _asyncckpt(lambda d: "/dev/shm"),
     "async-disk": _asyncckpt(lambda d: d),
     "async-taping-free": _asyncckpt(lambda d: None, taping=False),
+    "async-budget": _asyncckpt(lambda d: ["dram", d], budget=BUDGET),
 }
 
 
