@@ -119,7 +119,7 @@ class IntervalTuner:
         """Take tf and tcall (fitted over the run's forward calls), tb (time inside the reverse
         operator), tc (the run's own copies) and tw and tr (time on the Level-2 path, contention
         included, less the first touch of fresh pages) from a completed run's :class:`Stats`.
-        A tiered Level-2 keeps each tier's probed tw and tr: the run's busy time mixes them."""
+        A tiered Level-2 learns each tier's tw and tr from its own transfers in the run."""
         fitted = fit.fit()
         if fitted is not None:
             self.tcall, self.tf = fitted
@@ -135,6 +135,14 @@ class IntervalTuner:
             self.tb = self.tf + stats.reverse_compute_s / stats.reverse_steps
         if stats.copies:
             self.tc = stats.copy_s / stats.copies
+        if self.tier_costs is not None and stats.l2_tiers:
+            # each tier's transfers as they cost inside the run (a disk's sustained speed, not
+            # the one state the probe wrote and read back at once)
+            learned = []
+            for (tw, tr), tier in zip(self.tier_costs, stats.l2_tiers):
+                learned.append((tier["write_s"] / tier["writes"] if tier["writes"] else tw,
+                                tier["read_s"] / tier["reads"] if tier["reads"] else tr))
+            self.tier_costs = learned
         if stats.l2_writes and self.tier_costs is None:
             # fresh pages are faulted in once: the pool keeps them for the next run
             self.tw = max(stats.write_busy_s - stats.write_fresh_s, 0.0) / stats.l2_writes
@@ -167,7 +175,10 @@ def remembered(key: tuple[object, ...], tuner: IntervalTuner) -> IntervalTuner:
     if known is None:
         return tuner
     return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,
-                   tcall=known.tcall, runs=known.runs)
+                   tcall=known.tcall, runs=known.runs,
+                   tier_costs=known.tier_costs if known.tier_costs is not None
+                   and tuner.tier_costs is not None
+                   and len(known.tier_costs) == len(tuner.tier_costs) else tuner.tier_costs)
 
 
 def remember(key: tuple[object, ...], tuner: IntervalTuner) -> None:

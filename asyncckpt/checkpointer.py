@@ -266,8 +266,12 @@ class AsyncCheckpointer:
     def _cost_key(self, fwd: object, rev: object, transfers: str) -> tuple[object, ...]:
         """What the measured unit costs depend on: the operators' kinds, the state size, the
         Level-2 device and the protocol."""
-        config = self.storage.get_config()
-        device = str(sorted(config.items())) if config else type(self.storage).__qualname__
+        def describe(storage: Storage) -> str:
+            config = storage.get_config()
+            return str(sorted(config.items())) if config else type(storage).__qualname__
+
+        tiers = self.storage.tiers if isinstance(self.storage, TieredStorage) else [self.storage]
+        device = " then ".join(describe(tier) for tier in tiers)
         return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
                 type(rev).__qualname__, self.nbytes, device, transfers, self.taping)
 
@@ -323,6 +327,8 @@ class AsyncCheckpointer:
         self._level1.copies, self._level1.copy_s = 0, 0.0
         self._fresh_base = self.storage.fresh_s
         self._engine.reset_counters()
+        if isinstance(self.storage, TieredStorage):
+            self.storage.reset_counters()
         tuner = self._tuner
         if tuner is not None and self.n_timesteps > 1:
             if tuner.tf is None:
@@ -471,6 +477,8 @@ class AsyncCheckpointer:
         stats.l2_peak_states = engine.peak_held
         stats.l2_failures = engine.failures
         stats.write_fresh_s = self.storage.fresh_s - self._fresh_base
+        if isinstance(self.storage, TieredStorage):
+            stats.l2_tiers = self.storage.counters()
         stats.copies = self._level1.copies + engine.copies
         stats.copy_s = self._level1.copy_s + engine.copy_s
         stats.forward_calls = self._fit.calls

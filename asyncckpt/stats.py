@@ -47,6 +47,9 @@ class Stats:
         Of ``write_busy_s``, the seconds a DRAM Level-2 spent getting buffers (faulting fresh
         pages in, where the process's pool had none kept): a cost of the first run, not of a
         write.
+    l2_tiers : list of dict
+        With a tiered Level-2, per tier (fastest first): ``writes``, ``reads`` and the seconds
+        spent in them, ``write_s`` and ``read_s`` (less first-touch time), this run.
     forward_s, reverse_s : float
         Wall time of ``apply_forward()`` and ``apply_reverse()``.
     forward_compute_s, reverse_compute_s : float
@@ -94,6 +97,7 @@ class Stats:
     l2_peak_states: int = 0
     l2_failures: int = 0
     recovery_steps: int = 0
+    l2_tiers: list[dict[str, float]] = field(default_factory=list)
     calibration: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -578,8 +578,13 @@ class TieredStorage(Storage):
         self._lock = threading.Lock()
         self._where: dict[int, int] = {}
         self._held = [0] * len(self.tiers)
-        #: states written to each tier since the counters were last reset
+        #: states written to and read from each tier, and the seconds spent, since
+        #: :meth:`reset_counters`
         self.writes = [0] * len(self.tiers)
+        self.reads = [0] * len(self.tiers)
+        self.write_s = [0.0] * len(self.tiers)
+        self.read_s = [0.0] * len(self.tiers)
+        self._fresh_base = [0.0] * len(self.tiers)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -595,6 +600,31 @@ class TieredStorage(Storage):
     def nbytes_held(self) -> int:
         """Bytes of DRAM the in-process tiers hold (see :attr:`HostMemoryStorage.nbytes_held`)."""
         return sum(t.nbytes_held for t in self.tiers if isinstance(t, HostMemoryStorage))
+
+    def reset_counters(self) -> None:
+        """Zero the per-tier counts and times (a new run begins)."""
+        with self._lock:
+            n = len(self.tiers)
+            self.writes, self.reads = [0] * n, [0] * n
+            self.write_s, self.read_s = [0.0] * n, [0.0] * n
+            self._fresh_base = [t.fresh_s for t in self.tiers]
+
+    def counters(self) -> list[dict[str, float]]:
+        """Per tier: writes, reads and the seconds they took (less first-touch time)."""
+        with self._lock:
+            return [{"writes": w, "reads": r,
+                     "write_s": max(0.0, ws - (t.fresh_s - base)), "read_s": rs}
+                    for w, r, ws, rs, t, base in zip(self.writes, self.reads, self.write_s,
+                                                     self.read_s, self.tiers, self._fresh_base)]
+
+    def _count(self, index: int, wrote: bool, seconds: float) -> None:
+        with self._lock:
+            if wrote:
+                self.writes[index] += 1
+                self.write_s[index] += seconds
+            else:
+                self.reads[index] += 1
+                self.read_s[index] += seconds
 
     def set_capacity(self, tier: int, capacity: int | None) -> None:
         """Change how many states ``tier`` may hold from now on."""
@@ -623,21 +653,23 @@ class TieredStorage(Storage):
 
     def put(self, key: int, buf: np.ndarray) -> None:
         index = self._place(key, "put")
+        start = time.perf_counter()
         try:
             self.tiers[index].put(key, buf)
         except BaseException:
             self._unplace(key)
             raise
-        self.writes[index] += 1
+        self._count(index, True, time.perf_counter() - start)
 
     def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
         index = self._place(key, "adopt")
+        start = time.perf_counter()
         try:
             spare = self.tiers[index].adopt(key, buffer, nbytes)
         except BaseException:
             self._unplace(key)
             raise
-        self.writes[index] += 1
+        self._count(index, True, time.perf_counter() - start)
         return spare
 
     def tier_of(self, key: int) -> int:
@@ -653,7 +685,9 @@ class TieredStorage(Storage):
             index = self._where.get(key)
         if index is None:
             raise StorageKeyError(f"TieredStorage.get({key}): key not stored")
+        start = time.perf_counter()
         self.tiers[index].get(key, out)
+        self._count(index, False, time.perf_counter() - start)
 
     def delete(self, key: int) -> None:
         with self._lock:

@@ -30,16 +30,13 @@ METHODS = {
 
 
 def parse_interval(text: str) -> int | str:
-    """The ``--interval`` option: a positive int or "auto"."""
-    if text == "auto":
-        return text
+    """The ``--interval`` option: a positive int or "auto" (asyncckpt's own parser)."""
+    from asyncckpt._options import parse_interval as parse
+
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an interval >= 1 or 'auto', got {text!r}")
-    return value
+        return parse(text, name="--interval")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def describe(method: str) -> str:
