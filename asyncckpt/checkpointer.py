@@ -284,7 +284,8 @@ class AsyncCheckpointer:
 
     def _plan(self, interval: int) -> None:
         """Use ``interval`` from now on: build its schedule and make room on Level-2."""
-        if isinstance(self.schedule, AsyncMultistage) and interval == self.interval:
+        if (isinstance(self.schedule, AsyncMultistage) and interval == self.interval
+                and self.schedule.l1_slots == self.l1_slots):
             return
         schedule = AsyncMultistage(self.n_timesteps, interval, self.l1_slots, taping=self.taping)
         capacities = self._capacities(self.l1_slots)
