@@ -44,11 +44,11 @@ class Budget:
         """Raise unless ``l1_slots`` (and the engine's buffers, with Level-2) fit."""
         need = l1_slots + (self.engine_buffers if level2 else 0)
         if need > self.buffers:
+            beside = f" beside {self.engine_buffers} staging and prefetch buffers" if level2 else ""
             raise InvalidValueError(
                 f"l1_slots={l1_slots} does not fit in memory_budget={self.nbytes} bytes: "
-                f"{need} buffers of {padded(self.state_nbytes)} bytes"
-                f"{' (with the ' + str(self.engine_buffers) + ' staging and prefetch buffers)' if level2 else ''}"
-                f" need {need * padded(self.state_nbytes)} bytes; it holds {self.buffers}")
+                f"{need} buffers of {padded(self.state_nbytes)} bytes{beside} are needed, it "
+                f"holds {self.buffers}")
 
 
 def dram_tier(storage: Storage) -> int | None:
