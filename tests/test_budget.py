@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,18 +17,10 @@ from asyncckpt._options import parse_bytes
 from asyncckpt.checkpoint import check_descriptor
 from asyncckpt.storage import TieredStorage
 from schedules import simulate
-from workloads import Forward, Leapfrog, RecurrentCell, Reverse, store_all_reference
+from workloads import (Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse,
+                       store_all_reference)
 
 MODELS = {"recurrent": RecurrentCell, "leapfrog": Leapfrog}
-
-
-def run(model, checkpointer: AsyncCheckpointer) -> list[np.ndarray]:
-    model.reset()
-    model.trace.calls.clear()
-    checkpointer.apply_forward()
-    model.reset_adjoint()
-    checkpointer.apply_reverse()
-    return model.gradients()
 
 
 def tiers_for(kind: str, root: Path):
@@ -64,7 +55,7 @@ def test_budgeted_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_
         return
     with ckp:
         for _ in range(2):
-            got = run(model, ckp)
+            got = forward_reverse(model, ckp)
             for a, b in zip(got, reference):
                 assert a.tobytes() == b.tobytes()
             counts = simulate(ckp.schedule)
@@ -87,7 +78,7 @@ def test_a_budget_too_small_for_dram_level2_spills_everything(tmp_path: Path) ->
     budget = 6 * padded(check_descriptor(model))  # 4 engine buffers + 2 slots, nothing for DRAM Level-2
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=4,
                            storage=["dram", tmp_path], memory_budget=budget) as ckp:
-        got = run(model, ckp)
+        got = forward_reverse(model, ckp)
         assert isinstance(ckp.storage, TieredStorage)
         assert ckp.storage.capacities[0] == 0 and ckp.storage.writes[0] == 0
         assert ckp.storage.writes[1] == ckp.stats.l2_writes == 10
@@ -107,7 +98,7 @@ def test_the_default_tiers_are_dram_then_the_temporary_directory() -> None:
         assert isinstance(ckp.storage.tiers[1], FileStorage)
         assert ckp.storage.tiers[1].path == Path(tempfile.gettempdir())
         assert ckp.l1_slots == 2 and ckp.storage.capacities[0] == 40 - 4 - 2
-        run(model, ckp)
+        forward_reverse(model, ckp)
         assert ckp.storage.writes == [34, 66]
 
 
@@ -117,7 +108,7 @@ def test_everything_fits_in_the_budget_runs_store_all_in_level1() -> None:
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n,
                            memory_budget="1 GiB") as ckp:
         assert ckp.in_level1 and ckp.l1_slots == n - 1
-        run(model, ckp)
+        forward_reverse(model, ckp)
         assert ckp.stats.l2_writes == 0 and ckp.stats.forward_steps == 2 * n - 1
 
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, HostMemoryStorage, Storage
 from asyncckpt._tuning import forget_costs
 from schedules import AsyncMultistage, simulate
-from workloads import Forward, Leapfrog, RecurrentCell, Reverse, store_all_reference
+from workloads import (Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse,
+                       store_all_reference)
 
 SHM = Path("/dev/shm")
 
@@ -42,15 +43,6 @@ class DictStorage(Storage):
 
     def close(self) -> None:
         self.data.clear()
-
-
-def run(model, checkpointer: AsyncCheckpointer) -> list[np.ndarray]:
-    model.reset()
-    model.trace.calls.clear()
-    checkpointer.apply_forward()
-    model.reset_adjoint()
-    checkpointer.apply_reverse()
-    return model.gradients()
 
 
 def assert_bit_identical(got: list[np.ndarray], want: list[np.ndarray]) -> None:
@@ -86,7 +78,7 @@ def test_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_path: Pat
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=l1_slots,
                            interval=interval, storage=storage_for(kind, tmp_path)) as ckp:
         for _ in range(2):  # a second forward+reverse on the same checkpointer
-            assert_bit_identical(run(model, ckp), reference)
+            assert_bit_identical(forward_reverse(model, ckp), reference)
             model.trace.check_protocol(n)
             counts = simulate(ckp.schedule)
             assert (model.trace.forward_steps() == ckp.stats.forward_steps
@@ -194,7 +186,7 @@ def test_stats_describe_the_run() -> None:
     n = 100
     model = RecurrentCell(n)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3, interval=10) as ckp:
-        run(model, ckp)
+        forward_reverse(model, ckp)
         stats = ckp.stats
     counts = simulate(AsyncMultistage(n, 10, 3))
     assert stats.forward_steps == counts.forward_steps
@@ -237,7 +229,7 @@ def test_forward_again_without_reverse_starts_a_new_run(shm_dir: Path) -> None:
                            storage=shm_dir) as ckp:
         model.reset()
         ckp.apply_forward()
-        assert_bit_identical(run(model, ckp), reference)
+        assert_bit_identical(forward_reverse(model, ckp), reference)
 
 
 def test_auto_interval_calibrates_and_records_its_prediction() -> None:
@@ -247,7 +239,7 @@ def test_auto_interval_calibrates_and_records_its_prediction() -> None:
     reference = store_all_reference(model)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3) as ckp:
         for run_number in range(2):
-            assert_bit_identical(run(model, ckp), reference)
+            assert_bit_identical(forward_reverse(model, ckp), reference)
             calibration = ckp.stats.calibration
             assert 1 <= calibration["interval"] == ckp.stats.interval <= n
             assert calibration["tf_s"] > 0 and calibration["tw_s"] >= 0
@@ -261,7 +253,7 @@ def test_auto_interval_calibrates_and_records_its_prediction() -> None:
     assert "interval='auto'" in repr(ckp)
     # the next checkpointer of the same operators and state size starts from what was learned
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3) as ckp:
-        assert_bit_identical(run(model, ckp), reference)
+        assert_bit_identical(forward_reverse(model, ckp), reference)
         assert ckp.stats.probe_steps == 0 and ckp.stats.calibration["learned_runs"] == 2
 
 
@@ -269,7 +261,7 @@ def test_auto_interval_with_one_step() -> None:
     model = Leapfrog(1)
     reference = store_all_reference(model)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), 1, l1_slots=1) as ckp:
-        assert_bit_identical(run(model, ckp), reference)
+        assert_bit_identical(forward_reverse(model, ckp), reference)
         assert ckp.stats.interval == 0  # u_0 fits in Level-1: no Level-2 at all
         assert ckp.stats.l2_writes == ckp.stats.l2_reads == 0
 

@@ -199,6 +199,17 @@ class Reverse:
         self.model.adjoint(t_start)
 
 
+def forward_reverse(model, driver) -> list[np.ndarray]:
+    """One forward and reverse sweep of ``driver`` (a checkpointer or a Revolver) on ``model``
+    from u_0, with a fresh trace and adjoint; return the gradients."""
+    model.reset()
+    model.trace.calls.clear()
+    driver.apply_forward()
+    model.reset_adjoint()
+    driver.apply_reverse()
+    return model.gradients()
+
+
 def store_all_reference(model) -> list[np.ndarray]:
     """The gradients by storing every state: restore u_t, tape step t, reverse step t."""
     model.reset()
