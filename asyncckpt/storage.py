@@ -209,16 +209,22 @@ class HostMemoryStorage(Storage):
         with self._lock:
             self._check_size(nbytes)
 
-    def put(self, key: int, buf: np.ndarray) -> None:
+    def _store(self, call: str, key: int, nbytes: int, kept: np.ndarray | None) -> np.ndarray:
+        """Check a store of ``nbytes`` under ``key``, keep ``kept`` as its copy when given, and
+        return a buffer of at least ``nbytes`` bytes: a spare one, or fresh memory."""
         with self._lock:
             if self._closed:
-                raise StorageError(f"HostMemoryStorage.put({key}): the storage is closed")
-            self._check_size(buf.nbytes)
+                raise StorageError(f"HostMemoryStorage.{call}({key}): the storage is closed")
+            self._check_size(nbytes)
             if key in self._stored:
-                raise StorageKeyError(f"HostMemoryStorage.put({key}): key already stored")
-            target = self._spare.pop() if self._spare else None
-        if target is None:
-            target = self._fresh(buf.nbytes)
+                raise StorageKeyError(f"HostMemoryStorage.{call}({key}): key already stored")
+            spare = self._spare.pop() if self._spare else None
+            if kept is not None:
+                self._stored[key] = kept
+        return spare if spare is not None else self._fresh(nbytes)
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        target = self._store("put", key, buf.nbytes, None)
         np.copyto(target[: buf.nbytes], buf)
         with self._lock:
             self._stored[key] = target
@@ -227,15 +233,7 @@ class HostMemoryStorage(Storage):
         """Keep ``buffer`` itself as the stored copy of ``key`` and return a spare buffer of at
         least ``nbytes`` bytes in exchange: in DRAM the staging copy already is the transfer, so
         handing the buffer over saves a second memory copy per store."""
-        with self._lock:
-            if self._closed:
-                raise StorageError(f"HostMemoryStorage.adopt({key}): the storage is closed")
-            self._check_size(nbytes)
-            if key in self._stored:
-                raise StorageKeyError(f"HostMemoryStorage.adopt({key}): key already stored")
-            spare = self._spare.pop() if self._spare else None
-            self._stored[key] = buffer
-        return spare if spare is not None else self._fresh(nbytes)
+        return self._store("adopt", key, nbytes, buffer)
 
     def get(self, key: int, out: np.ndarray) -> None:
         with self._lock:
