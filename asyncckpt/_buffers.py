@@ -6,7 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["PAGE", "HUGE_PAGE", "aligned_buffer", "touched", "padded", "copy_out", "copy_in"]
+from .errors import InvalidValueError
+
+__all__ = ["PAGE", "HUGE_PAGE", "aligned_buffer", "touched", "padded", "copy_out", "copy_in",
+           "check_size"]
 
 #: Alignment and size granule of every buffer: what O_DIRECT asks of memory, offsets and lengths.
 PAGE = 4096
@@ -74,3 +77,14 @@ def copy_in(buffer: np.ndarray, arrays: Sequence[np.ndarray]) -> None:
         end = offset + array.nbytes
         np.copyto(array, buffer[offset:end].view(array.dtype).reshape(array.shape))
         offset = end
+
+
+def check_size(step: int, stored: int, arrays: Sequence[np.ndarray], where: str) -> None:
+    """Raise unless ``arrays``, about to receive u_step from ``where``, hold exactly the
+    ``stored`` bytes it was stored with (states may differ in size from step to step)."""
+    total = sum(a.nbytes for a in arrays)
+    if total != stored:
+        raise InvalidValueError(
+            f"checkpoint.get_data_location({step}) holds {total} bytes, but u_{step} was stored "
+            f"in {where} with {stored} bytes: the arrays for a step must match what was stored "
+            "for it")

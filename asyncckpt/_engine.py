@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import numpy as np
 import xxhash
 
-from ._buffers import copy_in, copy_out
+from ._buffers import check_size, copy_in, copy_out
 from ._pool import POOL
 from .errors import CorruptionError, ScheduleError, TransferError
 from .storage import Storage
@@ -126,6 +126,8 @@ class TransferEngine:
         self._writing: dict[int, Future[tuple[int, np.ndarray]]] = {}
         # checksums of the writes that completed (an int per Level-2 state: O(n / I) small ints)
         self._digests: dict[int, int] = {}
+        # bytes of each state on Level-2 (states may be smaller than ``nbytes``, the largest)
+        self._sizes: dict[int, int] = {}
         # keys freed while their write was still in flight: deleted when it completes
         self._doomed: set[int] = set()
         self._reads: dict[int, tuple[Future[None], np.ndarray]] = {}
@@ -137,6 +139,8 @@ class TransferEngine:
         self.read_stall_s = 0.0
         self.writes = 0
         self.reads = 0
+        self.bytes_written = self.bytes_read = 0
+        self.last_submit = 0.0  # perf_counter() when the latest write was handed over
         self.held = 0  # states on Level-2 (stored, not yet freed)
         self.peak_held = 0
         self.failures = 0  # transfers that failed and were survived (recompute policy)
@@ -150,6 +154,7 @@ class TransferEngine:
     def reset_counters(self) -> None:
         """Zero the per-run counters (a new run begins)."""
         self.writes = self.reads = self.peak_held = self.failures = self.copies = 0
+        self.bytes_written = self.bytes_read = 0
         self.write_stall_s = self.read_stall_s = self.copy_s = 0.0
         with self._busy_lock:
             self.write_busy_s = self.read_busy_s = 0.0
@@ -163,13 +168,14 @@ class TransferEngine:
             else:
                 self.read_busy_s += seconds
 
-    def _write(self, key: int, buffer: np.ndarray) -> tuple[int, np.ndarray]:
-        """Write u_key from a staging buffer; return its checksum and the buffer to stage into
-        next (the same one, unless the backend adopted it and gave a spare in exchange)."""
+    def _write(self, key: int, buffer: np.ndarray, size: int) -> tuple[int, np.ndarray]:
+        """Write u_key (its first ``size`` bytes) from a staging buffer; return its checksum and
+        the buffer to stage into next (the same one, unless the backend adopted it and gave a
+        spare in exchange)."""
         start = time.perf_counter()
-        view = buffer[: self.nbytes]
+        view = buffer[:size]
         digest = _checksum(view) if self.verify else 0
-        buffer = self.storage.adopt(key, buffer, self.nbytes)
+        buffer = self.storage.adopt(key, buffer, size)
         self._busy("write", time.perf_counter() - start)
         return digest, buffer
 
@@ -183,7 +189,7 @@ class TransferEngine:
         if self.verify and digest is not None and _checksum(out) != digest:
             raise CorruptionError(
                 f"Level-2 read of u_{key} from {self.storage!r}: checksum mismatch "
-                f"({self.nbytes} bytes differ from what was written)"
+                f"({out.nbytes} bytes differ from what was written)"
             )
 
     # -- main-thread side ----------------------------------------------------------------------
@@ -234,7 +240,7 @@ class TransferEngine:
         log.warning("Level-2 write of u_%d on %r failed (%r): writing it again", key,
                     self.storage, exc)
         try:
-            digest, buffer = self._write(key, buffer)
+            digest, buffer = self._write(key, buffer, self._sizes[key])
         except Exception as again:  # noqa: BLE001 - recompute policy: the state is lost
             if key == 0:
                 return again, buffer
@@ -263,16 +269,38 @@ class TransferEngine:
             self.write_stall_s += time.perf_counter() - start
             self._reap_write()
         buffer = self._free_staging.pop()
+        size = sum(a.nbytes for a in arrays)
         start = time.perf_counter()
         copy_out(arrays, buffer)
         self.copy_s += time.perf_counter() - start
         self.copies += 1
-        future = self._executor.submit(self._write, key, buffer)
+        self._sizes[key] = size
+        self.last_submit = time.perf_counter()
+        future = self._executor.submit(self._write, key, buffer, size)
         self._writes.append((key, future, buffer))
         self._writing[key] = future
         self.writes += 1
+        self.bytes_written += size
         self.held += 1
         self.peak_held = max(self.peak_held, self.held)
+
+    def writing_for(self) -> float | None:
+        """Seconds since the latest Level-2 write was handed over while it is still running
+        (None when no write is in flight): what ``interval="adaptive"`` waits on."""
+        self.check()
+        if not self._writes:
+            return None
+        return time.perf_counter() - self.last_submit
+
+    def write_seconds(self) -> float | None:
+        """Mean seconds of the Level-2 writes completed this run (None before the first)."""
+        done = self.writes - len(self._writes)
+        with self._busy_lock:
+            return self.write_busy_s / done if done > 0 else None
+
+    def stored_before(self, key: int) -> list[int]:
+        """The Level-2 states before u_key, newest first (where a lost u_key is rebuilt from)."""
+        return sorted((k for k in self._sizes if k < key), reverse=True)
 
     def prefetch(self, key: int) -> None:
         """Start reading u_key into a free prefetch buffer."""
@@ -285,9 +313,10 @@ class TransferEngine:
             future: Future[None] | _Completed = _Completed(
                 exception=TransferError(f"u_{key} was never written to Level-2"))
         else:
-            future = self._executor.submit(self._read, key, buffer[: self.nbytes],
+            future = self._executor.submit(self._read, key, buffer[: self._sizes[key]],
                                            self._digests.get(key), self._writing.get(key))
             self.reads += 1
+            self.bytes_read += self._sizes[key]
         self._reads[key] = (future, buffer)  # type: ignore[assignment]
 
     def _arrived(self, key: int) -> bool:
@@ -317,6 +346,7 @@ class TransferEngine:
         caller then rebuilds it and hands it back with :meth:`recovered`.
         """
         self.check()
+        check_size(key, self._sizes[key], arrays, "Level-2")
         if not self._arrived(key):
             return False
         start = time.perf_counter()
@@ -338,7 +368,8 @@ class TransferEngine:
             return False
         buffer = self._reads[via][1]
         try:
-            self._read(key, buffer[: self.nbytes], self._digests.get(key), self._writing.get(key))
+            self._read(key, buffer[: self._sizes[key]], self._digests.get(key),
+                       self._writing.get(key))
         except Exception as exc:  # noqa: BLE001 - recompute policy: note it, look further back
             log.warning("Level-2 read of u_%d on %r failed (%r) while recomputing u_%d",
                         key, self.storage, exc, via)
@@ -361,7 +392,8 @@ class TransferEngine:
             return False
         buffer = self._reads[key][1]
         try:
-            self._read(key, buffer[: self.nbytes], self._digests.get(key), self._writing.get(key))
+            self._read(key, buffer[: self._sizes[key]], self._digests.get(key),
+                       self._writing.get(key))
         except Exception as exc:  # noqa: BLE001 - recompute policy: recompute instead
             log.warning("Level-2 read of u_%d on %r failed again (%r)", key, self.storage, exc)
             return False
@@ -386,6 +418,7 @@ class TransferEngine:
             _wait([future])  # the buffer is in use until its read ends
             self._free_prefetch.append(buffer)
         self.held -= 1
+        self._sizes.pop(key, None)
         if key in self._writing:
             self._doomed.add(key)
         elif key in self._lost:
@@ -418,6 +451,7 @@ class TransferEngine:
         self._writing.clear()
         self._reads.clear()
         self._digests.clear()
+        self._sizes.clear()
         self._doomed.clear()
         self._lost.clear()
         self.held = 0

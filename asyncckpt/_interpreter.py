@@ -5,8 +5,9 @@ the model prices is what runs.
 """
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, assert_never
 
 import numpy as np
@@ -24,7 +25,7 @@ from schedules import (
 )
 from schedules.actions import Action
 
-from ._buffers import copy_in, copy_out
+from ._buffers import check_size, copy_in, copy_out
 from ._engine import TransferEngine
 from ._pool import POOL
 from ._tuning import CallFit
@@ -32,7 +33,7 @@ from .checkpoint import check_arrays
 from .errors import ScheduleError, TransferError
 from .stats import Stats
 
-__all__ = ["Interpreter", "Level1"]
+__all__ = ["Interpreter", "Level1", "RunDecisions"]
 
 
 class Level1:
@@ -42,6 +43,7 @@ class Level1:
     def __init__(self, nbytes: int) -> None:
         self.nbytes = nbytes
         self.held: dict[int, np.ndarray] = {}
+        self.sizes: dict[int, int] = {}  # bytes of each held state (at most ``nbytes``)
         self._free: list[np.ndarray] = []
         self.copies = 0
         self.copy_s = 0.0
@@ -60,8 +62,10 @@ class Level1:
         self.copy_s += time.perf_counter() - start
         self.copies += 1
         self.held[step] = slot
+        self.sizes[step] = sum(a.nbytes for a in arrays)
 
     def load(self, step: int, arrays: Sequence[np.ndarray]) -> None:
+        check_size(step, self.sizes[step], arrays, "Level-1")
         start = time.perf_counter()
         copy_in(self.held[step], arrays)
         self.copy_s += time.perf_counter() - start
@@ -69,11 +73,13 @@ class Level1:
 
     def free(self, step: int) -> None:
         self._free.append(self.held.pop(step))
+        del self.sizes[step]
 
     def abandon(self) -> None:
         """Free every held slot (a run was cut short)."""
         self._free.extend(self.held.values())
         self.held.clear()
+        self.sizes.clear()
 
     def release(self) -> None:
         """Return every slot to the process pool."""
@@ -120,17 +126,20 @@ class Interpreter:
         if (isinstance(arrays, (list, tuple)) and len(arrays) == len(known)
                 and all(a is b for a, b in zip(arrays, known))):
             return known
-        self._known = check_arrays(arrays, self.nbytes, self.dtype, f"checkpoint.{method}({step})")
+        self._known = check_arrays(arrays, self.nbytes, self.dtype,
+                                   f"checkpoint.{method}({step})", exact=False)
         return self._known
 
     def run(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
-            stats: Stats, fit: CallFit, interval: int) -> None:
-        """Execute ``actions`` up to and including the first of type ``until``; ``interval`` is
-        the schedule's (for rebuilding a lost Level-2 state)."""
+            stats: Stats, fit: CallFit, trace: list[Action] | None = None) -> None:
+        """Execute ``actions`` up to and including the first of type ``until``, appending each
+        to ``trace`` when given."""
         engine, level1 = self.engine, self.level1
         fwd, rev = self.fwd_operator, self.rev_operator
         clock = time.perf_counter
         for action in actions:
+            if trace is not None:
+                trace.append(action)
             match action:
                 case Advance(start=begin, end=end):
                     start = clock()
@@ -148,7 +157,7 @@ class Interpreter:
                     level1.load(step, self.arrays(step, into=True))
                 case Load(step=step):
                     if not engine.load(step, self.arrays(step, into=True)):
-                        self._recompute(step, interval, stats)
+                        self._recompute(step, stats)
                 case Store(step=step, tier=Tier.L1):
                     level1.store(step, self.arrays(step, into=False))
                     stats.l1_peak_slots = max(stats.l1_peak_slots, len(level1.held))
@@ -168,12 +177,12 @@ class Interpreter:
                 case _:
                     assert_never(action)
 
-    def _recompute(self, step: int, interval: int, stats: Stats) -> None:
+    def _recompute(self, step: int, stats: Stats) -> None:
         """Rebuild the lost u_step in the live state (and its prefetch buffer): read it once
-        more, else advance from the nearest earlier interval start that can still be read."""
+        more, else advance from the nearest earlier Level-2 state that can still be read."""
         if self.engine.reread(step, self.arrays(step, into=True)):
             return
-        for start in range(step - interval, -1, -interval):
+        for start in self.engine.stored_before(step):
             if self.engine.fetch(start, self.arrays(start, into=True), via=step):
                 clock = time.perf_counter()
                 self.fwd_operator.apply(t_start=start, t_end=step)
@@ -184,3 +193,49 @@ class Interpreter:
                 return
         raise TransferError(f"u_{step} is lost on Level-2 {self.engine.storage!r} and no earlier "
                             "checkpoint can be read to recompute it")
+
+
+class RunDecisions:
+    """What an online schedule (:class:`schedules.OnlineMultistage`) asks of a running
+    checkpointer: whether u_t goes to Level-2 now, how far to advance before asking again, and
+    whether the run ends at u_t.
+
+    Parameters
+    ----------
+    engine
+        The transfer engine, which knows whether the latest Level-2 write has completed.
+    min_interval
+        The least interval; with ``adaptive=False``, the interval.
+    adaptive
+        Store as soon as the previous Level-2 write has completed (beyond ``min_interval``).
+    stop
+        The user's ``stop(t)``, for a run of unknown length.
+    step_seconds
+        A forward step's seconds so far: how many steps a write still running will take.
+    """
+
+    def __init__(self, engine: TransferEngine, min_interval: int, *, adaptive: bool,
+                 stop: Callable[[int], object] | None,
+                 step_seconds: Callable[[], float]) -> None:
+        self.engine, self.min_interval, self.adaptive = engine, min_interval, adaptive
+        self._stop, self._step_seconds = stop, step_seconds
+
+    def store(self, t: int, last_store: int) -> bool:
+        if not self.adaptive:
+            return t - last_store >= self.min_interval
+        return self.engine.writing_for() is None
+
+    def advance(self, t: int, last_store: int) -> int:
+        short = self.min_interval - (t - last_store)
+        if short > 0 or not self.adaptive:
+            return max(short, 1)
+        running = self.engine.writing_for()
+        expected = self.engine.write_seconds()
+        step = self._step_seconds()
+        if running is None or expected is None or step <= 0 or expected <= running:
+            # no estimate, or the write is late: look again after an eighth of the interval
+            return max(1, (t - last_store) // 8)
+        return max(1, math.ceil((expected - running) / step))
+
+    def stop(self, t: int) -> bool:
+        return self._stop is not None and bool(self._stop(t))

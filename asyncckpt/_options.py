@@ -48,16 +48,19 @@ def parse_flag(name: str, text: str) -> bool:
 
 
 def parse_interval(value: object, n_timesteps: int | None = None, *,
-                   name: str = "interval") -> int | str:
-    """The interval option: an int in [1, n_timesteps] (any int >= 1 where n is not given), or
-    "auto". Text (from the command line or ``$ASYNCCKPT_INTERVAL``) may spell the int."""
+                   name: str = "interval", adaptive: bool = False) -> int | str:
+    """The interval option: an int in [1, n_timesteps] (any int >= 1 where n is not given),
+    "auto", or where ``adaptive`` is allowed "adaptive". Text (from the command line or
+    ``$ASYNCCKPT_INTERVAL``) may spell the int."""
+    words = ("auto", "adaptive") if adaptive else ("auto",)
     if isinstance(value, str):
         text = value.strip()
-        if text == "auto":
+        if text in words:
             return text
         if not text.isdigit():
             bound = f"an int in [1, {n_timesteps}]" if n_timesteps is not None else "a positive int"
-            raise InvalidValueError(f"{name} must be {bound} or 'auto', got {value!r}")
+            raise InvalidValueError(f"{name} must be {bound} or {' or '.join(map(repr, words))}, "
+                                    f"got {value!r}")
         value = int(text)
     return check_int(name, value, 1, n_timesteps)
 

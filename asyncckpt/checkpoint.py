@@ -118,15 +118,19 @@ def check_descriptor(checkpoint: object) -> int:
     return int(size) * itemsize
 
 
-def check_arrays(arrays: Any, nbytes: int, dtype: np.dtype, where: str) -> list[np.ndarray]:
+def check_arrays(arrays: Any, nbytes: int, dtype: np.dtype, where: str, *,
+                 exact: bool = True) -> list[np.ndarray]:
     """Check that ``arrays`` (from get_data or get_data_location) match the descriptor.
+
+    ``exact``: their total size must be the descriptor's; otherwise at most that (states of
+    different sizes, the descriptor's being the largest).
 
     Raises
     ------
     TypeError
         If they are not numpy arrays of the descriptor's dtype.
     ValueError
-        If their total size differs from the descriptor's, or a destination is read-only.
+        If their total size differs from the descriptor's (exceeds it, unless ``exact``).
     """
     if isinstance(arrays, np.ndarray):
         raise InvalidTypeError(f"{where} must return a list of arrays, got a single ndarray")
@@ -138,7 +142,12 @@ def check_arrays(arrays: Any, nbytes: int, dtype: np.dtype, where: str) -> list[
         if array.dtype != dtype:
             raise InvalidTypeError(f"{where}[{i}] has dtype {array.dtype}, the checkpoint declares {dtype}")
         total += array.nbytes
-    if total != nbytes:
+    if total > nbytes:
+        raise InvalidValueError(
+            f"{where} holds {total} bytes, more than the checkpoint declares: {nbytes} "
+            f"(size x itemsize of {np.dtype(dtype)}), which must be the largest state's"
+        )
+    if exact and total != nbytes:
         raise InvalidValueError(
             f"{where} holds {total} bytes, the checkpoint declares {nbytes} "
             f"(size x itemsize of {np.dtype(dtype)})"

@@ -5,13 +5,13 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from schedules import AsyncMultistage, EndForward, EndReverse, Revolve
+from schedules import AsyncMultistage, EndForward, EndReverse, OnlineMultistage, Revolve
 from schedules.actions import Action
 from schedules.model import IntervalChoice
 
@@ -19,12 +19,12 @@ from ._budget import Budget, dram_tier, slot_candidates
 from ._buffers import copy_in, copy_out, padded
 from ._calibrate import THREAD_HANDOFF_S, measure_copy, measure_transfer, probe_forward
 from ._engine import TransferEngine
-from ._interpreter import Interpreter, Level1
+from ._interpreter import Interpreter, Level1, RunDecisions
 from ._options import (check_bool, check_choice, check_int, check_operator, parse_bytes,
                        parse_interval)
 from ._tuning import CallFit, IntervalTuner, remember, remembered
 from .checkpoint import check_arrays, check_descriptor
-from .errors import InvalidValueError, MemoryBudgetError, UsageError
+from .errors import InvalidTypeError, InvalidValueError, MemoryBudgetError, UsageError
 from .stats import Stats
 from .storage import HostMemoryStorage, Storage, TieredStorage, open_storage
 
@@ -43,14 +43,21 @@ class AsyncCheckpointer:
         ``size``, ``dtype``, ``get_data(t)``, ``get_data_location(t)``.
     fwd_operator, rev_operator : objects with ``apply(*, t_start, t_end)``
         The forward step(s) and the adjoint of one step, as in pyrevolve.
-    n_timesteps : int
-        n >= 1.
+    n_timesteps : int or None
+        n >= 1; None for a run whose length is not known in advance: each
+        :meth:`apply_forward` then takes ``stop``, the forward sweep advances one step per call
+        and ends where ``stop`` says, and repeated runs may end at different n.
     l1_slots : int
         Level-1 slots for Revolve inside an interval (>= 1). With ``n - 1`` or more (``n``
         taping-free) every state fits in Level-1: the run is store-all there, with no Level-2
         traffic (``stats.interval`` is then 0). Slots are allocated when first used.
-    interval : int or "auto"
-        I in [1, n]: every I-th state goes to Level-2. "auto" (default): the schedule the
+    interval : int, "auto" or "adaptive"
+        I in [1, n]: every I-th state goes to Level-2. "adaptive": the next state goes to
+        Level-2 as soon as the previous Level-2 write has completed, but never within the
+        interval "auto" would choose (1 on a first run with unknown n), so the intervals follow
+        the device and the compute as they are at that moment; each interval, whatever its
+        length, is reversed optimally in the Level-1 slots. With ``n_timesteps=None``, "auto"
+        means "adaptive". "auto" (default): the schedule the
         performance model predicts fastest: the interval, or Revolve in Level-1 alone where that
         is faster. Its costs come from Level-2 transfers probed at construction and a probe of
         the first run's opening forward calls (one step twice, then a few steps in one call, from
@@ -92,6 +99,9 @@ class AsyncCheckpointer:
         state holds u_t (restored through ``get_data_location(t)`` or reached by advancing), with
         no taping step: for adjoints that read only what the checkpoint holds (Devito's, see
         docs/migration.md); it saves one forward step and call per reverse step.
+    keep_trace : bool
+        Keep the actions each run executed in :attr:`trace`, for
+        :func:`schedules.simulate` to validate (default False).
 
     Notes
     -----
@@ -106,7 +116,7 @@ class AsyncCheckpointer:
         checkpoint: Any,
         fwd_operator: Any,
         rev_operator: Any,
-        n_timesteps: int,
+        n_timesteps: int | None,
         *,
         l1_slots: int | None = None,
         interval: int | str = "auto",
@@ -119,19 +129,27 @@ class AsyncCheckpointer:
         on_level2_error: str = "raise",
         blas_threads: int | None = None,
         taping: bool = True,
+        keep_trace: bool = False,
     ) -> None:
         self._closed = True  # until construction succeeds
         self.nbytes = check_descriptor(checkpoint)
         check_operator("fwd_operator", fwd_operator)
         check_operator("rev_operator", rev_operator)
-        self.n_timesteps = check_int("n_timesteps", n_timesteps, 1)
+        self.n_timesteps = (None if n_timesteps is None
+                            else check_int("n_timesteps", n_timesteps, 1))
         if l1_slots is None and memory_budget is None:
             raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (host bytes), "
                                     "or both; got neither")
         fixed_slots = None if l1_slots is None else check_int("l1_slots", l1_slots, 1)
         self.memory_budget = (None if memory_budget is None
                               else parse_bytes("memory_budget", memory_budget))
-        interval = parse_interval(interval, self.n_timesteps)
+        interval = parse_interval(interval, self.n_timesteps, adaptive=True)
+        if self.n_timesteps is None and interval == "auto":
+            interval = "adaptive"  # the model needs n; the adaptive rule does not
+        self._adaptive = interval == "adaptive"
+        self.keep_trace = check_bool("keep_trace", keep_trace)
+        #: the actions the last run executed (with ``keep_trace=True``)
+        self.trace: list[Action] = []
         staging_buffers = check_int("staging_buffers", staging_buffers, 1)
         io_threads = check_int("io_threads", io_threads, 1)
         check_choice("transfers", transfers, ("auto", "background", "inline"))
@@ -163,7 +181,8 @@ class AsyncCheckpointer:
                 self._owns_storage = True
             self._dram = dram_tier(self.storage)
         self.interval = 0
-        self.schedule: AsyncMultistage | Revolve | None = None
+        self._planned: tuple[int, int] | None = None  # (interval, slots) planned for
+        self.schedule: AsyncMultistage | OnlineMultistage | Revolve | None = None
         self._tuner: IntervalTuner | None = None
         self._tuner_key: tuple[object, ...] = ()
         self._level1 = Level1(self.nbytes)
@@ -175,7 +194,7 @@ class AsyncCheckpointer:
                 self._plan(interval)
             self.transfer_costs: tuple[float, float] | None = None
             self.tier_costs: list[tuple[float, float]] | None = None
-            if not self.in_level1 and (self._owns_storage or interval == "auto"):
+            if not self.in_level1 and (self._owns_storage or isinstance(interval, str)):
                 if isinstance(self.storage, TieredStorage):
                     self.tier_costs = [measure_transfer(t, self.nbytes)
                                        for t in self.storage.tiers]
@@ -199,11 +218,11 @@ class AsyncCheckpointer:
             )
             self._interpreter = Interpreter(checkpoint, self.nbytes, self.dtype, fwd_operator,
                                             rev_operator, self._engine, self._level1)
-            if interval == "auto" and not self.in_level1:
+            if isinstance(interval, str) and not self.in_level1:
                 tw, tr = self.transfer_costs  # type: ignore[misc]
                 self._tuner_key = self._cost_key(fwd_operator, rev_operator, transfers)
                 self._tuner = remembered(self._tuner_key, IntervalTuner(
-                    self.n_timesteps, self.l1_slots, staging_buffers, transfers == "inline",
+                    self._nominal_n(), self.l1_slots, staging_buffers, transfers == "inline",
                     self.taping, tw=tw, tr=tr, tc=self._measure_copy(first),
                     tier_costs=self.tier_costs))
                 if self.n_timesteps == 1:
@@ -228,8 +247,22 @@ class AsyncCheckpointer:
         """Level-1 slots, and whether the run needs no Level-2 (every state the reverse sweep
         reads fits in Level-1, or the budget leaves no room for the transfer engine)."""
         n = self.n_timesteps
-        needed = max(1, n - (1 if self.taping else 0))
         budget = self._budget
+        if n is None:  # an online run needs Level-2: only n tells when Level-1 is enough
+            if budget is None:
+                assert fixed_slots is not None
+                return fixed_slots, False
+            if budget.max_slots_with_level2 < 1:
+                raise MemoryBudgetError(
+                    f"memory_budget={budget.nbytes} bytes leaves no room for Level-2 beside "
+                    f"{budget.engine_buffers} staging and prefetch buffers, which a run of "
+                    "unknown length needs")
+            if fixed_slots is not None:
+                budget.check_slots(fixed_slots, True)
+                return fixed_slots, False
+            guess = interval if isinstance(interval, int) else 10
+            return max(1, min(guess, budget.max_slots_with_level2)), False
+        needed = max(1, n - (1 if self.taping else 0))
         if budget is None:
             assert fixed_slots is not None
             return fixed_slots, fixed_slots >= needed
@@ -250,9 +283,12 @@ class AsyncCheckpointer:
         self.l1_slots = l1_slots
         if self._budget is not None and self._dram is not None:
             assert isinstance(self.storage, TieredStorage)
-            self.storage.set_capacity(self._dram, self._budget.dram_states(l1_slots))
+            # bytes, not states: states smaller than the largest are counted at their size
+            self.storage.set_byte_limit(
+                self._dram, self._budget.dram_states(l1_slots) * padded(self.nbytes))
         buffers = 0 if self.in_level1 else self._engine_buffers
-        self.l1_bytes = (min(l1_slots, self.n_timesteps) + buffers) * padded(self.nbytes)
+        used = l1_slots if self.n_timesteps is None else min(l1_slots, self.n_timesteps)
+        self.l1_bytes = (used + buffers) * padded(self.nbytes)
 
     def _capacities(self, l1_slots: int) -> list[int | None] | None:
         """Each Level-2 tier's capacity with ``l1_slots`` slots (None: one untiered Level-2)."""
@@ -275,29 +311,61 @@ class AsyncCheckpointer:
         return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
                 type(rev).__qualname__, self.nbytes, device, transfers, self.taping)
 
+    def _nominal_n(self) -> int:
+        """n for the model: the run's, or for runs of unknown length the last one's (at first,
+        long enough for intervals of any length the slots favour)."""
+        if self.n_timesteps is not None:
+            return self.n_timesteps
+        if self._tuner is not None and self._tuner.runs:
+            return self._tuner.n_steps
+        return 100 * (self.l1_slots + 1)
+
     def _plan_level1(self) -> None:
         """Run Revolve in the Level-1 slots alone, with no Level-2 (store-all there, when every
         state the reverse sweep reads fits)."""
+        assert self.n_timesteps is not None
         self.interval = 0
+        self._planned = None
         self.schedule = Revolve(self.n_timesteps, min(self.l1_slots, self.n_timesteps),
                                 taping=self.taping)
 
     def _plan(self, interval: int) -> None:
-        """Use ``interval`` from now on: build its schedule and make room on Level-2."""
-        if (isinstance(self.schedule, AsyncMultistage) and interval == self.interval
-                and self.schedule.l1_slots == self.l1_slots):
+        """Use ``interval`` from now on (the least one, for adaptive and online runs): build its
+        schedule, where it is fixed in advance, and make room on Level-2."""
+        n = self.n_timesteps
+        if self._planned == (interval, self.l1_slots):
             return
-        schedule = AsyncMultistage(self.n_timesteps, interval, self.l1_slots, taping=self.taping)
-        capacities = self._capacities(self.l1_slots)
-        if capacities is not None and None not in capacities \
-                and sum(c for c in capacities if c is not None) < schedule.l2_states:
-            raise MemoryBudgetError(
-                f"interval {interval} keeps {schedule.l2_states} states on Level-2, but its "
-                f"tiers hold {sum(c for c in capacities if c is not None)} within memory_budget="
-                f"{self.memory_budget} bytes: give a larger interval or budget, or a disk tier")
+        if n is not None:
+            l2_states = len(range(0, n, interval))
+            capacities = self._capacities(self.l1_slots)
+            if capacities is not None and None not in capacities \
+                    and sum(c for c in capacities if c is not None) < l2_states:
+                raise MemoryBudgetError(
+                    f"interval {interval} keeps {l2_states} states on Level-2, but its tiers "
+                    f"hold {sum(c for c in capacities if c is not None)} within memory_budget="
+                    f"{self.memory_budget} bytes: give a larger interval or budget, or a disk "
+                    "tier")
+            self.storage.reserve(self.nbytes, l2_states)
         self.interval = interval
-        self.schedule = schedule
-        self.storage.reserve(self.nbytes, schedule.l2_states)
+        self._planned = interval, self.l1_slots
+        # an adaptive or online run's schedule is made per run, fed by that run
+        self.schedule = (None if self._adaptive or n is None
+                         else AsyncMultistage(n, interval, self.l1_slots, taping=self.taping))
+
+    def _online_schedule(self, stop: Callable[[int], object] | None) -> OnlineMultistage:
+        """A run's schedule whose intervals (adaptive) or end (unknown n) the run decides."""
+        return OnlineMultistage(
+            self.l1_slots, RunDecisions(self._engine, self.interval, adaptive=self._adaptive,
+                                        stop=stop, step_seconds=self._step_seconds),
+            n_steps=self.n_timesteps, min_interval=self.interval, taping=self.taping)
+
+    def _step_seconds(self) -> float:
+        """A forward step's seconds: measured in this run, else the model's."""
+        stats = self._stats
+        if stats.forward_steps:
+            return stats.forward_compute_s / stats.forward_steps
+        tuner = self._tuner
+        return tuner.tf if tuner is not None and tuner.tf is not None else 0.0
 
     def _measure_copy(self, arrays: list[np.ndarray]) -> float:
         """Seconds of the staging copy of one state (a store's cost to the caller)."""
@@ -314,15 +382,30 @@ class AsyncCheckpointer:
         """Counts and timings of the current (or last) run."""
         return self._stats
 
-    def apply_forward(self) -> None:
+    def apply_forward(self, stop: Callable[[int], object] | None = None) -> None:
         """Run the forward sweep from u_0 to u_n, streaming interval starts to Level-2.
 
         A second call starts a new run (the next iteration of an optimisation loop).
+
+        Parameters
+        ----------
+        stop : callable, optional
+            Only with ``n_timesteps=None``, and then required: called with the index t of each
+            state the forward sweep reaches (t >= 1), it returns True to end the sweep there
+            (n = t). An exception it raises ends the run and reaches the caller.
         """
         self._check_open()
+        if self.n_timesteps is None and stop is None:
+            raise UsageError("n_timesteps=None: apply_forward(stop=callable) must say where the "
+                             "forward sweep ends")
+        if self.n_timesteps is not None and stop is not None:
+            raise UsageError(f"stop= is for runs of unknown length (n_timesteps=None); this "
+                             f"checkpointer runs n_timesteps={self.n_timesteps} steps")
+        if stop is not None and not callable(stop):
+            raise InvalidTypeError(f"stop must be callable, got {stop!r}")
         if self._phase != "idle":
             self._abandon_run()
-        self._stats = Stats(n_timesteps=self.n_timesteps, l1_slots=self.l1_slots,
+        self._stats = Stats(n_timesteps=self.n_timesteps or 0, l1_slots=self.l1_slots,
                             l1_bytes=self.l1_bytes, taping=self.taping)
         self._fit = CallFit()
         self._level1.copies, self._level1.copy_s = 0, 0.0
@@ -331,12 +414,19 @@ class AsyncCheckpointer:
         if isinstance(self.storage, TieredStorage):
             self.storage.reset_counters()
         tuner = self._tuner
-        if tuner is not None and self.n_timesteps > 1:
-            if tuner.tf is None:
+        n = self.n_timesteps
+        if tuner is not None and (n is None or n > 1):
+            if tuner.tf is None and n is not None:
                 self._probe(tuner)
-            self._choose(tuner)
+            if tuner.tf is not None:
+                self._choose(tuner)
+            else:  # a first run of unknown length: the adaptive rule alone
+                self._plan(1)
+        if self._planned is not None and (self._adaptive or n is None):
+            self.schedule = self._online_schedule(stop)
         assert self.schedule is not None
         self._stats.interval = self.interval
+        self.trace = []
         self._actions = iter(self.schedule)
         self._phase = "forward"
         start = time.perf_counter()
@@ -345,6 +435,13 @@ class AsyncCheckpointer:
         finally:
             self._stats.forward_s = time.perf_counter() - start
             self._collect()
+        schedule = self.schedule
+        if isinstance(schedule, OnlineMultistage):
+            assert schedule.n_reached is not None
+            self._stats.n_timesteps = schedule.n_reached
+            self._stats.interval_starts = list(schedule.stores)
+        elif isinstance(schedule, AsyncMultistage):
+            self._stats.interval_starts = list(range(0, schedule.n_steps, schedule.interval))
         self._phase = "forward-done"
 
     def apply_reverse(self) -> None:
@@ -370,21 +467,25 @@ class AsyncCheckpointer:
             if predicted:
                 stats.calibration["measured_over_predicted"] = stats.total_s / predicted
             self._tuner.learn(stats, self._fit)
+            if self.n_timesteps is None:
+                self._tuner.n_steps = stats.n_timesteps  # the next run's best guess of n
             remember(self._tuner_key, self._tuner)
 
     def _choose(self, tuner: IntervalTuner) -> None:
         """Take the schedule the model predicts fastest: an interval, or Revolve in Level-1
         alone; under a budget without fixed slots, also the split of the budget between Level-1
         slots and the DRAM tier."""
+        tuner.n_steps = self._nominal_n()
         if self._budget is not None and not self._slots_fixed:
             best: tuple[float, int, IntervalChoice] | None = None
             for slots in slot_candidates(min(self._budget.max_slots_with_level2,
-                                             self.n_timesteps)):
+                                             tuner.n_steps)):
                 try:
                     choice = tuner.choose(slots, self._capacities(slots), max_candidates=512)
                 except InvalidValueError:  # these tiers hold no state beside so many slots
                     continue
-                fastest = min(choice.prediction.total_s, choice.revolve.total_s)
+                fastest = (choice.prediction.total_s if self.n_timesteps is None
+                           else min(choice.prediction.total_s, choice.revolve.total_s))
                 if best is None or fastest < best[0]:
                     best = (fastest, slots, choice)
             if best is None:
@@ -396,7 +497,7 @@ class AsyncCheckpointer:
             choice = tuner.choose(self.l1_slots, self._capacities(self.l1_slots))
         self._stats.calibration = tuner.record(choice)
         self._stats.l1_slots, self._stats.l1_bytes = self.l1_slots, self.l1_bytes
-        if choice.revolve.total_s < choice.prediction.total_s:
+        if self.n_timesteps is not None and choice.revolve.total_s < choice.prediction.total_s:
             # Revolve in the Level-1 slots alone beats every interval: no Level-2 at all
             self._plan_level1()
             self._stats.calibration.update(interval=0,
@@ -412,6 +513,7 @@ class AsyncCheckpointer:
         held = self._level1.take()
         try:
             copy_out(arrays(0, into=False), held)
+            assert self.n_timesteps is not None  # runs of unknown length are not probed
             lengths, seconds = probe_forward(self.fwd_operator, self.n_timesteps)
             stats.forward_compute_s += sum(seconds)
             stats.forward_steps += sum(lengths)
@@ -471,8 +573,7 @@ class AsyncCheckpointer:
     def _collect(self) -> None:
         engine, stats = self._engine, self._stats
         stats.l2_writes, stats.l2_reads = engine.writes, engine.reads
-        stats.bytes_written = engine.writes * self.nbytes
-        stats.bytes_read = engine.reads * self.nbytes
+        stats.bytes_written, stats.bytes_read = engine.bytes_written, engine.bytes_read
         stats.write_stall_s, stats.read_stall_s = engine.write_stall_s, engine.read_stall_s
         stats.write_busy_s, stats.read_busy_s = engine.write_busy_s, engine.read_busy_s
         stats.l2_peak_states = engine.peak_held
@@ -489,7 +590,8 @@ class AsyncCheckpointer:
         limits = (threadpool_limits(limits=self.blas_threads, user_api="blas")
                   if self.blas_threads is not None else None)
         try:
-            self._interpreter.run(self._actions, until, self._stats, self._fit, self.interval)
+            self._interpreter.run(self._actions, until, self._stats, self._fit,
+                                  self.trace if self.keep_trace else None)
         finally:
             if limits is not None:
                 limits.restore_original_limits()

@@ -14,9 +14,14 @@ class Stats:
     Attributes
     ----------
     n_timesteps : int
-        n.
+        n (where the run stopped, for a run with ``n_timesteps=None``).
     interval : int
         I: every I-th state went to Level-2; 0 when the run kept its states in Level-1 alone.
+        With ``interval="adaptive"``, the least interval (the model's choice), which a Level-2
+        write still running stretches.
+    interval_starts : list of int
+        The states that began an interval (those sent to Level-2), in order: the intervals an
+        adaptive or online run took.
     taping : bool
         The protocol of the reverse calls: with a taping forward step each, or without.
     l1_slots : int
@@ -71,6 +76,7 @@ class Stats:
 
     n_timesteps: int = 0
     interval: int = 0
+    interval_starts: list[int] = field(default_factory=list)
     l1_slots: int = 0
     taping: bool = True
     forward_steps: int = 0
@@ -106,6 +112,11 @@ class Stats:
         return (self.forward_steps - self.n_timesteps) / self.n_timesteps if self.n_timesteps else 0.0
 
     @property
+    def mean_interval(self) -> float:
+        """n over the number of intervals (0.0 for a run in Level-1 alone)."""
+        return self.n_timesteps / len(self.interval_starts) if self.interval_starts else 0.0
+
+    @property
     def total_s(self) -> float:
         """forward_s + reverse_s."""
         return self.forward_s + self.reverse_s
@@ -115,4 +126,5 @@ class Stats:
         out = asdict(self)
         out["recompute_factor"] = self.recompute_factor
         out["total_s"] = self.total_s
+        out["mean_interval"] = self.mean_interval
         return out

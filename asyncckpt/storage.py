@@ -158,8 +158,8 @@ class HostMemoryStorage(Storage):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stored: dict[int, np.ndarray] = {}
-        self._spare: list[np.ndarray] = []
-        self._nbytes: int | None = None
+        # freed buffers by their (page-padded) size, for the next state of that size
+        self._spare: dict[int, list[np.ndarray]] = {}
         self._closed = False
         self.fresh_s = 0.0  # buffers from the pool or fresh pages: what a kept buffer avoids
 
@@ -182,15 +182,10 @@ class HostMemoryStorage(Storage):
     def nbytes_held(self) -> int:
         """Bytes of DRAM this backend's buffers occupy (stored and spare; every byte touched)."""
         with self._lock:
-            return sum(b.nbytes for b in list(self._stored.values()) + self._spare)
+            return sum(b.nbytes for b in self._buffers())
 
-    def _check_size(self, nbytes: int) -> None:
-        if self._nbytes != nbytes:
-            if self._stored:
-                raise InvalidValueError(
-                    f"HostMemoryStorage holds states of {self._nbytes} bytes; got {nbytes}"
-                )
-            self._nbytes, self._spare = nbytes, []
+    def _buffers(self) -> list[np.ndarray]:
+        return list(self._stored.values()) + [b for kept in self._spare.values() for b in kept]
 
     def reserve(self, nbytes: int, count: int) -> None:
         """Check that ``count`` states of ``nbytes`` fit in the available memory.
@@ -206,34 +201,37 @@ class HostMemoryStorage(Storage):
                 f"HostMemoryStorage.reserve: {count} states of {nbytes} bytes need {_gib(need)}, "
                 f"only {_gib(available)} of memory is available"
             )
-        with self._lock:
-            self._check_size(nbytes)
 
-    def _store(self, call: str, key: int, nbytes: int, kept: np.ndarray | None) -> np.ndarray:
-        """Check a store of ``nbytes`` under ``key``, keep ``kept`` as its copy when given, and
-        return a buffer of at least ``nbytes`` bytes: a spare one, or fresh memory."""
+    def _store(self, call: str, key: int, size: int, kept: np.ndarray | None) -> np.ndarray:
+        """Check a store under ``key``, keep ``kept`` as its copy when given, and return a buffer
+        of ``size`` bytes (page-padded): a spare one, or fresh memory."""
         with self._lock:
             if self._closed:
                 raise StorageError(f"HostMemoryStorage.{call}({key}): the storage is closed")
-            self._check_size(nbytes)
             if key in self._stored:
                 raise StorageKeyError(f"HostMemoryStorage.{call}({key}): key already stored")
-            spare = self._spare.pop() if self._spare else None
+            spares = self._spare.get(size)
+            spare = spares.pop() if spares else None
             if kept is not None:
                 self._stored[key] = kept
-        return spare if spare is not None else self._fresh(nbytes)
+        return spare if spare is not None else self._fresh(size)
 
     def put(self, key: int, buf: np.ndarray) -> None:
-        target = self._store("put", key, buf.nbytes, None)
+        target = self._store("put", key, padded(buf.nbytes), None)
         np.copyto(target[: buf.nbytes], buf)
         with self._lock:
             self._stored[key] = target
 
     def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
-        """Keep ``buffer`` itself as the stored copy of ``key`` and return a spare buffer of at
-        least ``nbytes`` bytes in exchange: in DRAM the staging copy already is the transfer, so
-        handing the buffer over saves a second memory copy per store."""
-        return self._store("adopt", key, nbytes, buffer)
+        """Keep ``buffer`` itself as the stored copy of ``key`` and return a spare buffer of the
+        same size in exchange: in DRAM the staging copy already is the transfer, so handing the
+        buffer over saves a second memory copy per store. A state that fills less of the buffer
+        than a page-padded copy of it would is copied instead, so that every state is held at
+        its own size."""
+        if padded(nbytes) < buffer.nbytes:
+            self.put(key, buffer[:nbytes])
+            return buffer
+        return self._store("adopt", key, buffer.nbytes, buffer)
 
     def get(self, key: int, out: np.ndarray) -> None:
         with self._lock:
@@ -247,7 +245,7 @@ class HostMemoryStorage(Storage):
             buffer = self._stored.pop(key, None)
             if buffer is None:
                 raise StorageKeyError(f"HostMemoryStorage.delete({key}): key not stored")
-            self._spare.append(buffer)
+            self._spare.setdefault(buffer.nbytes, []).append(buffer)
 
     def __contains__(self, key: object) -> bool:
         with self._lock:
@@ -256,7 +254,7 @@ class HostMemoryStorage(Storage):
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            buffers = list(self._stored.values()) + self._spare
+            buffers = self._buffers()
             self._stored.clear()
             self._spare.clear()
         POOL.give(buffers)
@@ -365,12 +363,17 @@ class FileStorage(Storage):
         return {"name": "FileStorage", "path": str(self.path), "direct": self.direct,
                 "direct_min_bytes": self.direct_min_bytes}
 
-    def _set_size(self, nbytes: int) -> None:
-        if self._nbytes != nbytes:
-            if self._slots:
-                raise InvalidValueError(f"FileStorage holds states of {self._nbytes} bytes; got {nbytes}")
-            self._nbytes, self._record = nbytes, padded(nbytes)
-            self._free, self._n_records, self._allocated = [], 0, 0
+    def _set_size(self, nbytes: int, *, exact: bool) -> None:
+        """Make every record hold ``nbytes`` (``exact``: a reservation), or at least that much (a
+        put: a smaller state takes a record of its own, writing only its bytes)."""
+        if self._nbytes == nbytes or (not exact and self._nbytes is not None
+                                      and nbytes <= self._nbytes):
+            return
+        if self._slots:
+            raise InvalidValueError(f"FileStorage holds states of up to {self._nbytes} bytes; "
+                                    f"got {nbytes}")
+        self._nbytes, self._record = nbytes, padded(nbytes)
+        self._free, self._n_records, self._allocated = [], 0, 0
 
     def free_bytes(self) -> int:
         """Bytes free for this user on the device under ``path`` (statvfs)."""
@@ -379,7 +382,7 @@ class FileStorage(Storage):
 
     def reserve(self, nbytes: int, count: int) -> None:
         with self._lock:
-            self._set_size(nbytes)
+            self._set_size(nbytes, exact=True)
             need = (count - self._allocated) * self._record
             if need <= 0:
                 return
@@ -419,7 +422,7 @@ class FileStorage(Storage):
         with self._lock:
             if self._closed:
                 raise StorageError(f"FileStorage.put({key}): the storage is closed")
-            self._set_size(buf.nbytes)
+            self._set_size(buf.nbytes, exact=False)
             if key in self._slots:
                 raise StorageKeyError(f"FileStorage.put({key}): key already stored")
             if self._free:
@@ -558,12 +561,16 @@ class TieredStorage(Storage):
     capacities : sequence of int or None, optional
         How many states each tier may hold at once; None (the default for every tier) is no
         limit. A put that finds no room raises :class:`StorageFullError`.
+    byte_limits : sequence of int or None, optional
+        How many bytes of states (each page-padded) each tier may hold at once, beside its
+        capacity: states of different sizes are counted at their own sizes. None: no limit.
     owned : sequence of bool, optional
         Which tiers :meth:`close` closes (default: all).
     """
 
     def __init__(self, tiers: Sequence[Storage], capacities: Sequence[int | None] | None = None,
-                 *, owned: Sequence[bool] | None = None) -> None:
+                 *, byte_limits: Sequence[int | None] | None = None,
+                 owned: Sequence[bool] | None = None) -> None:
         self.tiers = list(tiers)
         if not self.tiers or not all(isinstance(t, Storage) for t in self.tiers):
             raise InvalidTypeError(f"TieredStorage needs one Storage per tier, got {tiers!r}")
@@ -572,10 +579,16 @@ class TieredStorage(Storage):
         if len(self.capacities) != len(self.tiers):
             raise InvalidValueError(f"TieredStorage: {len(self.capacities)} capacities for "
                                     f"{len(self.tiers)} tiers")
+        self.byte_limits: list[int | None] = (list(byte_limits) if byte_limits is not None
+                                              else [None] * len(self.tiers))
+        if len(self.byte_limits) != len(self.tiers):
+            raise InvalidValueError(f"TieredStorage: {len(self.byte_limits)} byte limits for "
+                                    f"{len(self.tiers)} tiers")
         self._owned = list(owned) if owned is not None else [True] * len(self.tiers)
         self._lock = threading.Lock()
-        self._where: dict[int, int] = {}
+        self._where: dict[int, tuple[int, int]] = {}  # key -> (tier, padded bytes)
         self._held = [0] * len(self.tiers)
+        self._held_bytes = [0] * len(self.tiers)
         #: states written to and read from each tier, and the seconds spent, since
         #: :meth:`reset_counters`
         self.writes = [0] * len(self.tiers)
@@ -629,28 +642,38 @@ class TieredStorage(Storage):
         with self._lock:
             self.capacities[tier] = capacity
 
-    def _place(self, key: int, call: str) -> int:
+    def set_byte_limit(self, tier: int, nbytes: int | None) -> None:
+        """Change how many bytes of states ``tier`` may hold from now on."""
+        with self._lock:
+            self.byte_limits[tier] = nbytes
+
+    def _place(self, key: int, call: str, nbytes: int) -> int:
+        size = padded(nbytes)
         with self._lock:
             if self._closed:
                 raise StorageError(f"TieredStorage.{call}({key}): the storage is closed")
             if key in self._where:
                 raise StorageKeyError(f"TieredStorage.{call}({key}): key already stored")
-            for index, capacity in enumerate(self.capacities):
-                if capacity is None or self._held[index] < capacity:
+            for index, (capacity, limit) in enumerate(zip(self.capacities, self.byte_limits)):
+                if ((capacity is None or self._held[index] < capacity)
+                        and (limit is None or self._held_bytes[index] + size <= limit)):
                     self._held[index] += 1
-                    self._where[key] = index
+                    self._held_bytes[index] += size
+                    self._where[key] = index, size
                     return index
         raise StorageFullError(f"TieredStorage.{call}({key}): every tier is full "
-                               f"({self._held} states of at most {self.capacities})")
+                               f"({self._held} states of at most {self.capacities}, "
+                               f"{self._held_bytes} bytes of at most {self.byte_limits})")
 
     def _unplace(self, key: int) -> int:
         with self._lock:
-            index = self._where.pop(key)
+            index, size = self._where.pop(key)
             self._held[index] -= 1
+            self._held_bytes[index] -= size
             return index
 
     def put(self, key: int, buf: np.ndarray) -> None:
-        index = self._place(key, "put")
+        index = self._place(key, "put", buf.nbytes)
         start = time.perf_counter()
         try:
             self.tiers[index].put(key, buf)
@@ -660,7 +683,7 @@ class TieredStorage(Storage):
         self._count(index, True, time.perf_counter() - start)
 
     def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
-        index = self._place(key, "adopt")
+        index = self._place(key, "adopt", nbytes)
         start = time.perf_counter()
         try:
             spare = self.tiers[index].adopt(key, buffer, nbytes)
@@ -673,16 +696,17 @@ class TieredStorage(Storage):
     def tier_of(self, key: int) -> int:
         """The index of the tier holding ``key``."""
         with self._lock:
-            index = self._where.get(key)
-        if index is None:
+            place = self._where.get(key)
+        if place is None:
             raise StorageKeyError(f"TieredStorage: key {key} not stored")
-        return index
+        return place[0]
 
     def get(self, key: int, out: np.ndarray) -> None:
         with self._lock:
-            index = self._where.get(key)
-        if index is None:
+            place = self._where.get(key)
+        if place is None:
             raise StorageKeyError(f"TieredStorage.get({key}): key not stored")
+        index = place[0]
         start = time.perf_counter()
         self.tiers[index].get(key, out)
         self._count(index, False, time.perf_counter() - start)
@@ -699,10 +723,12 @@ class TieredStorage(Storage):
 
     def reserve(self, nbytes: int, count: int) -> None:
         """Reserve on each tier, in order, what its capacity lets it take of ``count``."""
-        for tier, capacity in zip(self.tiers, self.capacities):
+        for tier, capacity, limit in zip(self.tiers, self.capacities, self.byte_limits):
             if count <= 0:
                 break
             share = count if capacity is None else min(count, capacity)
+            if limit is not None:
+                share = min(share, limit // padded(nbytes))
             if share:
                 tier.reserve(nbytes, share)
             count -= share

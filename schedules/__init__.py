@@ -20,6 +20,7 @@ from .actions import (
     Tier,
 )
 from .multistage import AsyncMultistage, Chen, two_level_forward_steps
+from .online import Decisions, EveryInterval, OnlineMultistage, Replay
 from .revolve import Revolve, optimal_forward_steps
 from .validate import SimulationResult, simulate
 
@@ -49,13 +50,17 @@ __all__ = [
     "AsyncMultistage",
     "Chen",
     "CheckpointError",
+    "Decisions",
+    "EveryInterval",
     "EndForward",
     "EndReverse",
     "Free",
     "InvalidTypeError",
     "InvalidValueError",
     "Load",
+    "OnlineMultistage",
     "Prefetch",
+    "Replay",
     "Reverse",
     "ScheduleError",
     "SimulationResult",

@@ -8,13 +8,13 @@ schedule of Chen et al. (2016), all in Level-1. docs/model.md lists the referenc
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ._args import check_bool, check_int
 from .actions import Action, Advance, EndReverse, Free, Prefetch, Store, Tier
 from .revolve import forward_then_reverse, optimal_recomputations, reverse_range
 
-__all__ = ["AsyncMultistage", "Chen", "two_level_forward_steps"]
+__all__ = ["AsyncMultistage", "Chen", "reverse_intervals", "two_level_forward_steps"]
 
 
 def two_level_forward_steps(n_steps: int, interval: int, l1_slots: int) -> float:
@@ -27,6 +27,19 @@ def two_level_forward_steps(n_steps: int, interval: int, l1_slots: int) -> float
     interval = check_int("interval", interval, 1, n_steps)
     l1_slots = check_int("l1_slots", l1_slots, 1)
     return n_steps + n_steps / interval * (interval + optimal_recomputations(interval, l1_slots + 1))
+
+
+def reverse_intervals(starts: Sequence[int], snaps: int, taping: bool) -> Iterator[Action]:
+    """Yield the reversal of every interval but the last, newest first: ``starts[k]`` to
+    ``starts[k + 1]``, each start on Level-2 and already prefetched (the newest one) or
+    prefetched one interval ahead of need, then freed."""
+    for k in range(len(starts) - 2, -1, -1):
+        start = starts[k]
+        if k > 0:
+            yield Prefetch(starts[k - 1])
+        yield from reverse_range(start, starts[k + 1], snaps, {start: Tier.L2}, live=None,
+                                 taping=taping)
+        yield Free(start, Tier.L2)
 
 
 class AsyncMultistage:
@@ -106,13 +119,7 @@ class AsyncMultistage:
         yield from forward_then_reverse(last, n, snaps, {last: Tier.L2}, taping, ahead)
         if keep_last:
             yield Free(last, Tier.L2)
-        for k in range(len(starts) - 2, -1, -1):
-            start = starts[k]
-            if k > 0:
-                yield Prefetch(starts[k - 1])
-            yield from reverse_range(start, start + self.interval, snaps, {start: Tier.L2},
-                                     live=None, taping=taping)
-            yield Free(start, Tier.L2)
+        yield from reverse_intervals(starts, snaps, taping)
         yield EndReverse()
 
 

@@ -31,8 +31,8 @@ def make(n: int = 10, **overrides):
         (dict(l1_slots=0), ValueError, "l1_slots must be >= 1, got 0"),
         (dict(interval=0), ValueError, r"interval must be an int in \[1, 10\], got 0"),
         (dict(interval=11), ValueError, r"interval must be an int in \[1, 10\], got 11"),
-        (dict(interval="fast"), ValueError, r"interval must be an int in \[1, 10\] or 'auto', "
-                                            "got 'fast'"),
+        (dict(interval="fast"), ValueError, r"interval must be an int in \[1, 10\] or 'auto' or "
+                                            "'adaptive', got 'fast'"),
         (dict(interval=None), TypeError, "interval must be an int"),
         (dict(staging_buffers=0), ValueError, "staging_buffers must be >= 1, got 0"),
         (dict(transfers="sometimes"), ValueError, "transfers must be one of 'auto', 'background', "
