@@ -24,11 +24,12 @@ from __future__ import annotations
 import abc
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import psutil
 
-from schedules import simulate
+from schedules import OnlineMultistage, simulate
 
 from ._buffers import padded
 from ._options import environment, parse_bytes, parse_flag, parse_interval
@@ -125,11 +126,12 @@ class Revolver:
         staging and prefetch buffers and DRAM Level-2 share; the model splits it, and Level-2
         beyond it goes to the temporary directory unless ``storage`` (or
         ``$ASYNCCKPT_STORAGE``) names where. ``n_checkpoints`` then reports the slots chosen.
-    n_timesteps : int
-        n (>= 1).
+    n_timesteps : int or None
+        n (>= 1). None (which pyrevolve refuses): a run of unknown length, ended by
+        ``apply_forward(stop=callable)`` (see :class:`~asyncckpt.AsyncCheckpointer`).
     storage : None, "dram", path or Storage, optional
         Level-2; default ``$ASYNCCKPT_STORAGE``, else host DRAM.
-    interval : int or "auto", optional
+    interval : int, "auto" or "adaptive", optional
         Default ``$ASYNCCKPT_INTERVAL``, else "auto".
     taping : bool, optional
         False: the taping-free reverse (``rev.apply`` with the live state u_t, no taping step;
@@ -145,13 +147,10 @@ class Revolver:
     """
 
     def __init__(self, checkpoint: Any, fwd_operator: Any, rev_operator: Any,
-                 n_checkpoints: int | None, n_timesteps: int, *,
+                 n_checkpoints: int | None, n_timesteps: int | None, *,
                  storage: Storage | str | os.PathLike[str] | None = None,
                  interval: int | str | None = None, taping: bool | None = None,
                  **options: Any) -> None:
-        if n_timesteps is None:
-            raise InvalidValueError("n_timesteps is None: online checkpointing (unknown n) is not "
-                             "supported; give the number of time steps")
         nbytes = check_descriptor(checkpoint)
         if n_checkpoints is None and "memory_budget" not in options:
             options["memory_budget"] = default_budget(nbytes)
@@ -163,22 +162,24 @@ class Revolver:
             storage = environment("ASYNCCKPT_STORAGE")
         if interval is None:
             interval = parse_interval(environment("ASYNCCKPT_INTERVAL") or "auto",
-                                      name="ASYNCCKPT_INTERVAL")
+                                      name="ASYNCCKPT_INTERVAL", adaptive=True)
         if taping is None:
             taping = taping_from_environment()
         self.checkpoint = checkpoint
         self.fwd_operator = fwd_operator
         self.rev_operator = rev_operator
         self.n_timesteps = n_timesteps
-        self._counted: tuple[object, int] | None = None
+        self._counted: tuple[object, int, int] | None = None
         self.checkpointer = AsyncCheckpointer(
             checkpoint, fwd_operator, rev_operator, n_timesteps, l1_slots=n_checkpoints,
             interval=interval, storage=storage, taping=taping, **options)
         self.n_checkpoints: int = self.checkpointer.l1_slots
 
-    def apply_forward(self) -> None:
-        """The forward sweep, u_0 to u_n; a second call starts a new run."""
-        self.checkpointer.apply_forward()
+    def apply_forward(self, stop: Callable[[int], object] | None = None) -> None:
+        """The forward sweep, u_0 to u_n; a second call starts a new run. ``stop``: with
+        ``n_timesteps=None``, where the sweep ends (see
+        :meth:`AsyncCheckpointer.apply_forward`)."""
+        self.checkpointer.apply_forward(stop)
 
     def apply_reverse(self) -> None:
         """The reverse sweep: the adjoint of steps n-1 down to 0."""
@@ -195,14 +196,19 @@ class Revolver:
         (the same as ``stats.recompute_factor`` after a run).
 
         Known once the interval is: at construction for a fixed interval, after the first
-        ``apply_forward()`` for "auto"; NaN before.
+        ``apply_forward()`` for "auto", after the forward sweep for "adaptive" or an unknown n;
+        NaN before.
         """
         schedule = self.checkpointer.schedule
-        if schedule is None:
+        if schedule is None or (isinstance(schedule, OnlineMultistage)
+                                and schedule.n_reached is None):
             return math.nan
         if self._counted is None or self._counted[0] is not schedule:
-            self._counted = (schedule, simulate(schedule).forward_steps)
-        return (self._counted[1] - self.n_timesteps) / self.n_timesteps
+            replayed = schedule.replay() if isinstance(schedule, OnlineMultistage) else schedule
+            result = simulate(replayed)
+            self._counted = (schedule, result.forward_steps, result.n_steps)
+        _, steps, n = self._counted
+        return (steps - n) / n
 
     def close(self) -> None:
         """Stop the I/O threads and delete the Level-2 files."""

@@ -138,6 +138,15 @@ class OnlineMultistage:
         return (f"OnlineMultistage(l1_slots={self.l1_slots}, n_steps={self.n_steps}, "
                 f"min_interval={self.min_interval}{taping})")
 
+    def replay(self) -> "OnlineMultistage":
+        """A fresh schedule that gives the same actions as this one's finished iteration (for
+        :func:`~schedules.simulate` or the model, after the run)."""
+        if self.n_reached is None:
+            raise ScheduleError(f"{self!r} has not reached its end yet: nothing to replay")
+        return OnlineMultistage(self.l1_slots, Replay(self.stores, self.n_reached, self.pauses),
+                                n_steps=self.n_steps, min_interval=self.min_interval,
+                                taping=self.taping)
+
     def _length(self, t: int) -> int:
         if self.n_steps is None:
             return 1  # stop() is asked at every state

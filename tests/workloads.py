@@ -174,6 +174,86 @@ class Leapfrog:
         return [self.adj_cur.copy(), self.adj_prev.copy(), np.array([self.grad_k])]
 
 
+class Pyramid:
+    """A network whose states differ in size: u_{t+1} = tanh(a_t resize(u_t) + b), with widths
+    that halve three times (a state shrinking 8x) and grow back, over and over.
+
+    Shrinking averages neighbours, growing repeats them; the live state is the front of one
+    buffer of the largest width, so ``get_data(t)`` is a view whose size depends on t.
+    """
+
+    #: width exponents: 8x narrower at the bottom of each cycle
+    LEVELS = (0, 1, 2, 3, 2, 1)
+
+    def __init__(self, n: int, width: int = 64, seed: int = 2, dtype: type = np.float64) -> None:
+        rng = np.random.default_rng(seed)
+        self.n = n
+        self.width = width
+        self.a = (0.5 + rng.random(n)).astype(dtype)
+        self.b = (0.1 * rng.standard_normal(width)).astype(dtype)
+        self.u0 = rng.standard_normal(width).astype(dtype)
+        self.u = self.u0.copy()
+        self.trace = Trace()
+        self._scratch_step = -1
+        self._x = np.zeros(width, dtype)
+        self.reset_adjoint()
+
+    def widths(self, t: int) -> int:
+        return self.width >> self.LEVELS[t % len(self.LEVELS)]
+
+    @property
+    def size(self) -> int:
+        return self.width
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.u.dtype
+
+    def get_data(self, t: int) -> list[np.ndarray]:
+        return [self.u[: self.widths(t)]]
+
+    def get_data_location(self, t: int) -> list[np.ndarray]:
+        return [self.u[: self.widths(t)]]
+
+    def reset(self) -> None:
+        self.u[...] = self.u0
+        self.reset_adjoint()
+
+    def reset_adjoint(self) -> None:
+        self.ga = np.zeros_like(self.a)
+        self.lam = np.ones(self.widths(self.n), self.u.dtype)
+
+    def _resize(self, x: np.ndarray, width: int) -> np.ndarray:
+        if width < x.size:
+            return x.reshape(width, -1).mean(axis=1)
+        return np.repeat(x, width // x.size)
+
+    def step(self, t: int) -> None:
+        w_in, w_out = self.widths(t), self.widths(t + 1)
+        self._x[:w_in] = self.u[:w_in]
+        y = self._resize(self._x[:w_in], w_out)
+        self.u[:w_out] = np.tanh(self.a[t] * y + self.b[:w_out])
+        self._scratch_step = t
+
+    def adjoint(self, t: int) -> None:
+        if self._scratch_step != t:
+            raise ProtocolError(f"reverse of step {t} with scratch of step {self._scratch_step}")
+        w_in, w_out = self.widths(t), self.widths(t + 1)
+        x = self._x[:w_in]
+        y = self._resize(x, w_out)
+        d_z = self.lam * (1.0 - self.u[:w_out] ** 2)
+        self.ga[t] += d_z @ y
+        d_y = d_z * self.a[t]
+        if w_out < w_in:  # the adjoint of a mean over groups
+            self.lam = np.repeat(d_y, w_in // w_out) / (w_in // w_out)
+        else:  # the adjoint of a repeat: sum over the copies
+            self.lam = d_y.reshape(w_in, -1).sum(axis=1)
+        self._scratch_step = -1
+
+    def gradients(self) -> list[np.ndarray]:
+        return [self.ga.copy(), self.lam.copy()]
+
+
 class Forward:
     """The forward operator of a workload, tracing its calls."""
 
