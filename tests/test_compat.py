@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from asyncckpt import FileStorage
+from asyncckpt import FileStorage, UsageError
 from asyncckpt.compat import Checkpoint, Operator, Revolver, choose_l1_slots
 from workloads import Forward, Leapfrog, RecurrentCell, Reverse
 
@@ -109,8 +109,9 @@ def test_zero_checkpoints_and_one_step() -> None:
     model = RecurrentCell(5)
     with pytest.raises(ValueError, match="n_checkpoints must be >= 1"):
         Revolver(model, Forward(model), Reverse(model), 0, 5)
-    with pytest.raises(ValueError, match="n_timesteps is None"):
-        Revolver(model, Forward(model), Reverse(model), 2, None)
+    with Revolver(model, Forward(model), Reverse(model), 2, None) as unknown:
+        with pytest.raises(UsageError, match=r"n_timesteps=None: apply_forward\(stop=callable\)"):
+            unknown.apply_forward()
     single = RecurrentCell(1)
     with Revolver(single, Forward(single), Reverse(single), 1, 1) as revolver:
         single.reset()
@@ -177,7 +178,7 @@ def test_bad_interval_in_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("ASYNCCKPT_INTERVAL", "often")
     model = RecurrentCell(10)
     with pytest.raises(ValueError, match="ASYNCCKPT_INTERVAL must be a positive int or "
-                                         "'auto', got 'often'"):
+                                         "'auto' or 'adaptive', got 'often'"):
         Revolver(model, Forward(model), Reverse(model), 2, 10)
 
 
