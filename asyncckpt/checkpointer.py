@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 
 from schedules import AsyncMultistage, EndForward, EndReverse, OnlineMultistage, Revolve
 from schedules.actions import Action
-from schedules.model import IntervalChoice
+from schedules.model import IntervalChoice, adaptive_interval, predict_adaptive
 
 from ._budget import Budget, dram_tier, slot_candidates
 from ._buffers import copy_in, copy_out, padded
@@ -504,6 +504,15 @@ class AsyncCheckpointer:
                                            predicted_total_s=choice.revolve.total_s)
         else:
             self._plan(choice.interval)
+            if self._adaptive and self.n_timesteps is not None:
+                costs = tuner.costs()
+                adaptive = predict_adaptive(self.n_timesteps, self.l1_slots, costs,
+                                            min_interval=choice.interval,
+                                            staging_buffers=tuner.staging_buffers,
+                                            taping=self.taping)
+                self._stats.calibration.update(
+                    predicted_total_s=adaptive.total_s,
+                    adaptive_interval=adaptive_interval(costs, choice.interval))
 
     def _probe(self, tuner: IntervalTuner) -> None:
         """The first run with ``interval="auto"`` and no costs yet: time the opening forward calls

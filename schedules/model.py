@@ -33,6 +33,8 @@ __all__ = [
     "predict_store_all",
     "predict_revolve",
     "predict_async_multistage",
+    "predict_adaptive",
+    "adaptive_interval",
     "predict_tiered",
     "Level2Tier",
     "tiers_hold",
@@ -181,6 +183,40 @@ def predict_async_multistage(n_steps: int, interval: int, l1_slots: int, costs: 
     steps = (count - 1) * (interval + full.steps) + last_counts.steps
     return Prediction("async-multistage", forward + reverse, forward, reverse, steps,
                       write_stall, read_stall)
+
+
+def adaptive_interval(costs: Costs, min_interval: int = 1) -> int:
+    """The interval ``interval="adaptive"`` settles on under steady costs: the first state
+    reached after the previous Level-2 write (``tw``, handed over after its staging copy ``tc``)
+    has ended, advancing in one call, and never fewer than ``min_interval`` steps."""
+    min_interval = check_int("min_interval", min_interval, 1)
+    busy = costs.tw - costs.tc - costs.tcall
+    return max(min_interval, math.ceil(busy / costs.tf) if busy > 0 else 1)
+
+
+def predict_adaptive(n_steps: int, l1_slots: int, costs: Costs, *, min_interval: int = 1,
+                     staging_buffers: int = 2, taping: bool = True) -> Prediction:
+    """``interval="adaptive"`` under steady costs: :func:`predict_async_multistage` at
+    :func:`adaptive_interval`, with the last interval's forward sweep reused only where it ends
+    within ``min_interval`` of u_n (otherwise the run advances through it once more, reversing
+    it from its stored start).
+
+    A run whose costs change mid-run settles on each part's interval in turn; the runtime's
+    executed trace (``keep_trace=True``) priced by :func:`simulate_times` gives its exact
+    prediction.
+    """
+    n = check_int("n_steps", n_steps, 1)
+    interval = min(adaptive_interval(costs, min_interval), n)
+    prediction = predict_async_multistage(n, interval, l1_slots, costs,
+                                          staging_buffers=staging_buffers, taping=taping)
+    last = n - (math.ceil(n / interval) - 1) * interval
+    extra = 0.0
+    if interval > min_interval and last > min_interval:
+        # the last interval is advanced through, then reversed from its start: read back as
+        # soon as the sweep ends, behind its own write
+        extra = costs.advance(last) + costs.tc + max(0.0, costs.tw + costs.tr - costs.advance(last))
+    return replace(prediction, strategy="adaptive", total_s=prediction.total_s + extra,
+                   reverse_s=prediction.reverse_s + extra)
 
 
 def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: int = 2,

@@ -7,21 +7,47 @@ import time
 
 import numpy as np
 import pytest
+from faults import FaultyMixin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_taping_free import Witness, forward_states
+from workloads import (
+    Forward,
+    Leapfrog,
+    Pyramid,
+    RecurrentCell,
+    Reverse,
+    forward_reverse,
+    store_all_reference,
+)
 
-from asyncckpt import (AsyncCheckpointer, FileStorage, HostMemoryStorage, InvalidTypeError,
-                       InvalidValueError, UsageError)
+from asyncckpt import (
+    AsyncCheckpointer,
+    FileStorage,
+    HostMemoryStorage,
+    InvalidTypeError,
+    InvalidValueError,
+    UsageError,
+)
 from asyncckpt._buffers import padded
 from asyncckpt._tuning import forget_costs
 from asyncckpt.compat import Revolver
 from asyncckpt.storage import TieredStorage
-from faults import FaultyMixin
-from test_taping_free import Witness, forward_states
-from schedules import (AsyncMultistage, EveryInterval, OnlineMultistage, Replay, ScheduleError,
-                       simulate)
-from workloads import (Forward, Leapfrog, Pyramid, RecurrentCell, Reverse, forward_reverse,
-                       store_all_reference)
+from schedules import (
+    AsyncMultistage,
+    EveryInterval,
+    OnlineMultistage,
+    Replay,
+    ScheduleError,
+    simulate,
+)
+from schedules.model import (
+    Costs,
+    adaptive_interval,
+    predict_adaptive,
+    predict_async_multistage,
+    simulate_times,
+)
 
 MODELS = {"recurrent": RecurrentCell, "leapfrog": Leapfrog, "pyramid": Pyramid}
 
@@ -374,3 +400,34 @@ def test_arrays_that_do_not_match_what_was_stored_are_refused() -> None:
     with pytest.raises(InvalidValueError, match=r"get_data\(0\) holds 512 bytes, more than the "
                        r"checkpoint declares: 256"):
         AsyncCheckpointer(large, Forward(large), Reverse(large), n, l1_slots=2)
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+def test_the_adaptive_interval_is_the_first_state_after_the_write() -> None:
+    costs = Costs(tf=1.0, tb=2.0, tw=10.5, tc=0.5, tcall=2.0)
+    assert adaptive_interval(costs) == 8  # 2 + 8 x 1 >= 10.5 - 0.5
+    assert adaptive_interval(costs, min_interval=12) == 12
+    assert adaptive_interval(Costs(tf=1.0, tb=2.0, tw=0.1)) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(40, 300), slots=st.integers(1, 6), min_interval=st.integers(1, 8),
+       tf=st.floats(0.5, 2), extra=st.floats(0, 2), tw=st.floats(0, 30), tr=st.floats(0, 5),
+       tc=st.floats(0, 0.3), tcall=st.floats(0, 1), taping=st.booleans())
+def test_predict_adaptive_prices_the_adaptive_schedule(n, slots, min_interval, tf, extra, tw, tr,
+                                                       tc, tcall, taping) -> None:
+    """Against the event simulation of the schedule the adaptive rule gives under these costs,
+    the closed form is within 4% beyond the error the fixed-interval closed form makes at the
+    same interval (on 2000 random cases: 0.7% at the 95th percentile, 3.7% at most)."""
+    costs = Costs(tf=tf, tb=tf + extra, tw=tw, tr=tr, tc=tc, tcall=tcall)
+    interval = min(adaptive_interval(costs, min_interval), n)
+    schedule = OnlineMultistage(slots, EveryInterval(interval), n_steps=n,
+                                min_interval=min_interval, taping=taping)
+    event = simulate_times(schedule, costs)
+    closed = predict_adaptive(n, slots, costs, min_interval=min_interval, taping=taping)
+    fixed_event = simulate_times(AsyncMultistage(n, interval, slots, taping=taping), costs)
+    fixed = predict_async_multistage(n, interval, slots, costs, taping=taping)
+    fixed_error = abs(fixed.total_s / fixed_event.total_s - 1)
+    assert abs(closed.total_s / event.total_s - 1) <= fixed_error + 0.04
