@@ -27,6 +27,7 @@ from schedules.actions import Action
 
 from ._buffers import check_size, copy_in, copy_out
 from ._engine import TransferEngine
+from ._mpi import RankGroup
 from ._pool import POOL
 from ._tuning import CallFit
 from .checkpoint import check_arrays
@@ -105,15 +106,20 @@ class Interpreter:
         The transfer engine for Level-2.
     level1
         The Level-1 slots.
+    group
+        The ranks of an MPI run: after each Level-2 store and load they exchange, so that a
+        failure on one rank is raised on all of them there.
     """
 
     def __init__(self, checkpoint: Any, nbytes: int, dtype: np.dtype, fwd_operator: Any,
-                 rev_operator: Any, engine: TransferEngine, level1: Level1) -> None:
+                 rev_operator: Any, engine: TransferEngine, level1: Level1,
+                 group: RankGroup | None = None) -> None:
         self.checkpoint = checkpoint
         self.nbytes, self.dtype = nbytes, dtype
         self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
         self.engine = engine
         self.level1 = level1
+        self.group = group
         self._known: list[np.ndarray] = []
 
     def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
@@ -134,7 +140,7 @@ class Interpreter:
             stats: Stats, fit: CallFit, trace: list[Action] | None = None) -> None:
         """Execute ``actions`` up to and including the first of type ``until``, appending each
         to ``trace`` when given."""
-        engine, level1 = self.engine, self.level1
+        engine, level1, group = self.engine, self.level1, self.group
         fwd, rev = self.fwd_operator, self.rev_operator
         clock = time.perf_counter
         for action in actions:
@@ -158,11 +164,15 @@ class Interpreter:
                 case Load(step=step):
                     if not engine.load(step, self.arrays(step, into=True)):
                         self._recompute(step, stats)
+                    if group is not None:
+                        group.exchange()
                 case Store(step=step, tier=Tier.L1):
                     level1.store(step, self.arrays(step, into=False))
                     stats.l1_peak_slots = max(stats.l1_peak_slots, len(level1.held))
                 case Store(step=step):
                     engine.store(step, self.arrays(step, into=False))
+                    if group is not None:
+                        group.exchange()
                 case Free(step=step, tier=Tier.L1):
                     level1.free(step)
                 case Free(step=step):
@@ -212,23 +222,33 @@ class RunDecisions:
         The user's ``stop(t)``, for a run of unknown length.
     step_seconds
         A forward step's seconds so far: how many steps a write still running will take.
+    group
+        The ranks of an MPI run, which agree on every answer: store when every rank's write
+        has completed, advance as far as the slowest rank's estimate, stop where any rank's
+        ``stop`` says so.
     """
 
     def __init__(self, engine: TransferEngine, min_interval: int, *, adaptive: bool,
                  stop: Callable[[int], object] | None,
-                 step_seconds: Callable[[], float]) -> None:
+                 step_seconds: Callable[[], float], group: RankGroup | None = None) -> None:
         self.engine, self.min_interval, self.adaptive = engine, min_interval, adaptive
         self._stop, self._step_seconds = stop, step_seconds
+        self.group = group
 
     def store(self, t: int, last_store: int) -> bool:
         if not self.adaptive:
             return t - last_store >= self.min_interval
-        return self.engine.writing_for() is None
+        idle = self.engine.writing_for() is None
+        return idle if self.group is None else self.group.all(idle)
 
     def advance(self, t: int, last_store: int) -> int:
         short = self.min_interval - (t - last_store)
         if short > 0 or not self.adaptive:
             return max(short, 1)
+        steps = self._estimate(t, last_store)
+        return steps if self.group is None else int(self.group.max(steps))
+
+    def _estimate(self, t: int, last_store: int) -> int:
         running = self.engine.writing_for()
         expected = self.engine.write_seconds()
         step = self._step_seconds()
@@ -238,4 +258,5 @@ class RunDecisions:
         return max(1, math.ceil((expected - running) / step))
 
     def stop(self, t: int) -> bool:
-        return self._stop is not None and bool(self._stop(t))
+        stop = self._stop is not None and bool(self._stop(t))
+        return stop if self.group is None else self.group.any(stop)

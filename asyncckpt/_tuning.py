@@ -17,7 +17,7 @@ from typing import Any
 
 from schedules.model import Costs, IntervalChoice, Level2Tier, choose_interval
 
-__all__ = ["CallFit", "IntervalTuner", "remembered", "remember", "forget_costs"]
+__all__ = ["CallFit", "IntervalTuner", "agree_costs", "remembered", "remember", "forget_costs"]
 
 
 @dataclass
@@ -191,3 +191,23 @@ def forget_costs() -> None:
     """Forget every cost measured in this process: the next "auto" checkpointer probes anew."""
     with _LOCK:
         _MEMORY.clear()
+
+
+def agree_costs(tuner: IntervalTuner, group: Any) -> None:
+    """Give ``tuner`` the largest of every rank's costs (``group``: a
+    :class:`~asyncckpt._mpi.RankGroup`): the slowest rank sets the pace of all, since every
+    operator call waits for it."""
+    mine = (tuner.tf, tuner.tb, tuner.tcall, tuner.tw, tuner.tr, tuner.tc, tuner.tier_costs)
+    every = group.exchange(mine)
+
+    def largest(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    tuner.tf, tuner.tb = largest([c[0] for c in every]), largest([c[1] for c in every])
+    tuner.tcall, tuner.tw, tuner.tr, tuner.tc = (
+        max(c[k] for c in every) for k in (2, 3, 4, 5))
+    if tuner.tier_costs is not None:
+        tuner.tier_costs = [
+            (max(c[6][i][0] for c in every), max(c[6][i][1] for c in every))
+            for i in range(len(tuner.tier_costs))]

@@ -20,9 +20,10 @@ from ._buffers import copy_in, copy_out, padded
 from ._calibrate import THREAD_HANDOFF_S, measure_copy, measure_transfer, probe_forward
 from ._engine import TransferEngine
 from ._interpreter import Interpreter, Level1, RunDecisions
+from ._mpi import RankGroup, per_rank
 from ._options import (check_bool, check_choice, check_int, check_operator, parse_bytes,
                        parse_interval)
-from ._tuning import CallFit, IntervalTuner, remember, remembered
+from ._tuning import CallFit, IntervalTuner, agree_costs, remember, remembered
 from .checkpoint import check_arrays, check_descriptor
 from .errors import InvalidTypeError, InvalidValueError, MemoryBudgetError, UsageError
 from .stats import Stats
@@ -102,6 +103,14 @@ class AsyncCheckpointer:
     keep_trace : bool
         Keep the actions each run executed in :attr:`trace`, for
         :func:`schedules.simulate` to validate (default False).
+    comm : mpi4py communicator, optional
+        Run one collective plan on every rank of ``comm`` (each rank checkpointing its own
+        part): the memory budget is the least of the ranks', the model's costs the largest,
+        adaptive decisions and ``stop`` agreed (the run ends where any rank's ``stop`` says so),
+        so every rank makes the same operator calls. A path given as ``storage`` becomes a
+        private directory per rank under it (``rank00003``). A failure on one rank raises on
+        every rank at the next exchange (each Level-2 store and load, the end of each sweep):
+        :class:`~asyncckpt.RankFailedError` on the others. See docs/mpi.md.
 
     Notes
     -----
@@ -130,6 +139,7 @@ class AsyncCheckpointer:
         blas_threads: int | None = None,
         taping: bool = True,
         keep_trace: bool = False,
+        comm: Any = None,
     ) -> None:
         self._closed = True  # until construction succeeds
         self.nbytes = check_descriptor(checkpoint)
@@ -157,6 +167,11 @@ class AsyncCheckpointer:
         if blas_threads is not None:
             blas_threads = check_int("blas_threads", blas_threads, 1)
         self.taping = check_bool("taping", taping)
+        self._group = None if comm is None else RankGroup(comm)
+        if self._group is not None:
+            storage = per_rank(storage, self._group.rank)
+            if self.memory_budget is not None:  # one plan: the tightest rank's budget
+                self.memory_budget = self._group.min(self.memory_budget)
         self.checkpoint = checkpoint
         self.dtype = np.dtype(checkpoint.dtype)
         self.fwd_operator = fwd_operator
@@ -173,6 +188,8 @@ class AsyncCheckpointer:
         self.l1_slots, self.in_level1 = self._split(fixed_slots, interval)
         if self._budget is not None and not self.in_level1 and storage is None:
             storage = ["dram", tempfile.gettempdir()]  # DRAM up to the budget, then spill
+            if self._group is not None:
+                storage = per_rank(storage, self._group.rank)
         self.storage, self._owns_storage = open_storage(storage)
         self._dram: int | None = None
         if self._budget is not None and not self.in_level1:
@@ -205,6 +222,8 @@ class AsyncCheckpointer:
             if transfers == "auto":
                 cheap = (self.transfer_costs is not None
                          and sum(self.transfer_costs) < 2 * THREAD_HANDOFF_S)
+                if self._group is not None:  # the model's costs depend on it: one answer
+                    cheap = self._group.all(cheap)
                 transfers = "inline" if cheap or self.in_level1 else "background"
             self.transfers = transfers
             self._engine = TransferEngine(
@@ -217,7 +236,8 @@ class AsyncCheckpointer:
                 on_error=on_level2_error,
             )
             self._interpreter = Interpreter(checkpoint, self.nbytes, self.dtype, fwd_operator,
-                                            rev_operator, self._engine, self._level1)
+                                            rev_operator, self._engine, self._level1,
+                                            self._group)
             if isinstance(interval, str) and not self.in_level1:
                 tw, tr = self.transfer_costs  # type: ignore[misc]
                 self._tuner_key = self._cost_key(fwd_operator, rev_operator, transfers)
@@ -231,6 +251,8 @@ class AsyncCheckpointer:
             self._level1.release()
             if self._owns_storage:
                 self.storage.close()
+            if self._group is not None:
+                self._group.free()
             raise
         self._closed = False
         self._actions: Iterator[Action] | None = None
@@ -356,7 +378,8 @@ class AsyncCheckpointer:
         """A run's schedule whose intervals (adaptive) or end (unknown n) the run decides."""
         return OnlineMultistage(
             self.l1_slots, RunDecisions(self._engine, self.interval, adaptive=self._adaptive,
-                                        stop=stop, step_seconds=self._step_seconds),
+                                        stop=stop, step_seconds=self._step_seconds,
+                                        group=self._group),
             n_steps=self.n_timesteps, min_interval=self.interval, taping=self.taping)
 
     def _step_seconds(self) -> float:
@@ -455,7 +478,6 @@ class AsyncCheckpointer:
         start = time.perf_counter()
         try:
             self._run(EndReverse)
-            self._engine.drain()
         finally:
             self._stats.reverse_s = time.perf_counter() - start
             self._collect()
@@ -476,6 +498,8 @@ class AsyncCheckpointer:
         alone; under a budget without fixed slots, also the split of the budget between Level-1
         slots and the DRAM tier."""
         tuner.n_steps = self._nominal_n()
+        if self._group is not None:
+            agree_costs(tuner, self._group)
         if self._budget is not None and not self._slots_fixed:
             best: tuple[float, int, IntervalChoice] | None = None
             for slots in slot_candidates(min(self._budget.max_slots_with_level2,
@@ -497,6 +521,11 @@ class AsyncCheckpointer:
             choice = tuner.choose(self.l1_slots, self._capacities(self.l1_slots))
         self._stats.calibration = tuner.record(choice)
         self._stats.l1_slots, self._stats.l1_bytes = self.l1_slots, self.l1_bytes
+        if self._group is not None:
+            self._group.same("the plan (l1_slots, interval, Level-1 alone)",
+                             (self.l1_slots, choice.interval,
+                              self.n_timesteps is not None
+                              and choice.revolve.total_s < choice.prediction.total_s))
         if self.n_timesteps is not None and choice.revolve.total_s < choice.prediction.total_s:
             # Revolve in the Level-1 slots alone beats every interval: no Level-2 at all
             self._plan_level1()
@@ -548,6 +577,8 @@ class AsyncCheckpointer:
             if self._owns_storage:
                 self.storage.close()
             self._level1.release()
+            if self._group is not None:
+                self._group.free()
 
     def __enter__(self) -> "AsyncCheckpointer":
         return self
@@ -598,9 +629,18 @@ class AsyncCheckpointer:
         assert self._actions is not None
         limits = (threadpool_limits(limits=self.blas_threads, user_api="blas")
                   if self.blas_threads is not None else None)
+        group = self._group
         try:
             self._interpreter.run(self._actions, until, self._stats, self._fit,
                                   self.trace if self.keep_trace else None)
+            if until is EndReverse:
+                self._engine.drain()
+            if group is not None:
+                group.exchange()  # the end of a sweep: every rank got here, or all raise
+        except BaseException as failure:
+            if group is not None:
+                group.fail(failure)
+            raise
         finally:
             if limits is not None:
                 limits.restore_original_limits()

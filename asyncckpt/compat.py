@@ -32,6 +32,7 @@ import psutil
 from schedules import OnlineMultistage, simulate
 
 from ._buffers import padded
+from ._mpi import world_if_running
 from ._options import environment, parse_bytes, parse_flag, parse_interval
 from ._pool import POOL
 from .checkpoint import Checkpoint, check_descriptor
@@ -137,7 +138,9 @@ class Revolver:
         False: the taping-free reverse (``rev.apply`` with the live state u_t, no taping step;
         see docs/migration.md for when it is safe). Default ``$ASYNCCKPT_TAPING``, else True.
     **options
-        Passed to :class:`~asyncckpt.AsyncCheckpointer`.
+        Passed to :class:`~asyncckpt.AsyncCheckpointer`. Without ``comm``, a process that
+        has already imported and initialised mpi4py with more than one rank (Devito under
+        ``DEVITO_MPI``) plans collectively over ``MPI.COMM_WORLD``; ``comm=None`` opts out.
 
     Notes
     -----
@@ -165,6 +168,8 @@ class Revolver:
                                       name="ASYNCCKPT_INTERVAL", adaptive=True)
         if taping is None:
             taping = taping_from_environment()
+        if "comm" not in options:
+            options["comm"] = world_if_running()
         self.checkpoint = checkpoint
         self.fwd_operator = fwd_operator
         self.rev_operator = rev_operator

@@ -12,7 +12,8 @@
     │   ├── StorageKeyError (KeyError)      a key missing, or stored twice
     │   ├── StorageFullError                no room on the device
     │   └── CorruptionError                 a read does not match its checksum
-    └── TransferError                       a background transfer failed; its cause is chained
+    ├── TransferError                       a background transfer failed; its cause is chained
+    └── RankFailedError                     another MPI rank of the run failed (or disagreed)
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ __all__ = [
     "StorageFullError",
     "CorruptionError",
     "TransferError",
+    "RankFailedError",
 ]
 
 
@@ -63,3 +65,8 @@ class CorruptionError(StorageError):
 
 class TransferError(CheckpointError):
     """A background transfer between Level-1 and Level-2 failed; its cause is chained."""
+
+
+class RankFailedError(CheckpointError):
+    """Another rank of an MPI run failed: raised on every other rank at the next point where
+    the ranks exchange, naming the rank and its error (which that rank raises itself)."""

@@ -158,7 +158,7 @@ def test_one_base_catches_every_library_error() -> None:
     import asyncckpt
 
     errors = [getattr(asyncckpt, name) for name in asyncckpt.__all__ if name.endswith("Error")]
-    assert len(errors) == 11
+    assert len(errors) == 12
     for error in errors:
         assert issubclass(error, asyncckpt.CheckpointError), error
     for error, builtin in [("InvalidValueError", ValueError), ("InvalidTypeError", TypeError),

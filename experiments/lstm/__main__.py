@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=10,
                         help="Level-1 slots for Revolve and asyncckpt (default 10)")
     parser.add_argument("--interval", type=parse_interval, default=1,
-                        help="asyncckpt interval, or 'auto' (default 1: the LSTM state is small)")
+                        help="asyncckpt interval, 'auto' or 'adaptive' (default 1: the LSTM state "
+                             "is small)")
     parser.add_argument("--repeats", type=int, help="passes per process; the minimum is reported")
     parser.add_argument("--kernels", choices=["numba", "numpy"], default="numba")
     parser.add_argument("--disk-dir", type=Path, default=None,

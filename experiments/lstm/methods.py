@@ -30,11 +30,12 @@ METHODS = {
 
 
 def parse_interval(text: str) -> int | str:
-    """The ``--interval`` option: a positive int or "auto" (asyncckpt's own parser)."""
+    """The ``--interval`` option: a positive int, "auto" or "adaptive" (asyncckpt's own
+    parser)."""
     from asyncckpt._options import parse_interval as parse
 
     try:
-        return parse(text, name="--interval")
+        return parse(text, name="--interval", adaptive=True)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
