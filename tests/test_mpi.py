@@ -1,0 +1,71 @@
+"""Real mpiexec runs of 2 and 4 ranks on this machine (tests/mpi_job.py): one plan on every rank,
+exact adjoints per rank, and a failure on one rank raised on all of them, none left hanging."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mpi4py")
+BIN = Path(sys.executable).parent
+MPIEXEC = shutil.which("mpiexec", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+if MPIEXEC is None:
+    pytest.skip("no mpiexec (pip install '.[mpi]' brings Open MPI)", allow_module_level=True)
+
+JOB = Path(__file__).with_name("mpi_job.py")
+
+
+def mpirun(ranks: int, scenario: str, root: Path) -> list[dict]:
+    """Each rank's JSON line, by rank; a hang fails the test after 120 s."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    # 4 ranks on 2 cores: more ranks than cores, as a laptop or a CI runner has
+    done = subprocess.run([MPIEXEC, "--oversubscribe", "-n", str(ranks), sys.executable, str(JOB), scenario,
+                           str(root)], capture_output=True, text=True, timeout=120, env=env)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == ranks, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    return sorted(lines, key=lambda line: line["rank"])
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_rank_runs_one_plan_and_its_own_exact_adjoint(tmp_path, ranks: int) -> None:
+    results = mpirun(ranks, "plans", tmp_path)
+    for name in ("auto", "adaptive", "fixed", "unknown-n"):
+        for run in range(2):
+            seen = [r[name][run] for r in results]
+            assert all(s["exact"] for s in seen), (name, run)
+            plan = {(s["n"], s["interval"], s["slots"], tuple(s["starts"]), s["tf"])
+                    for s in seen}
+            assert len(plan) == 1, (name, run, plan)  # one plan, the slowest rank's costs
+    assert results[0]["unknown-n"][0]["n"] == 60  # ended by the last rank's stop alone
+    # the slowest rank's step (0.2 ms of sleep on rank 0) is every rank's tf
+    assert results[-1]["auto"][1]["tf"] >= 2e-4
+    # per-rank Level-2 directories under the one path given (removed again when closed)
+    assert not list(tmp_path.glob("rank*/*"))
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("scenario, failing, error", [
+    ("write-fails", -1, "TransferError"),
+    ("operator-fails", 1, "RuntimeError"),
+])
+def test_a_failure_on_one_rank_raises_on_every_rank(tmp_path, ranks: int, scenario: str,
+                                                     failing: int, error: str) -> None:
+    results = mpirun(ranks, scenario, tmp_path)
+    failing %= ranks
+    assert results[failing]["raised"] == error
+    for result in results:
+        if result["rank"] != failing:
+            assert result["raised"] == "RankFailedError"
+            assert f"rank {failing} of {ranks} failed ({error}" in result["message"]
+
+
+def test_compat_plans_over_comm_world_in_a_running_mpi_job(tmp_path) -> None:
+    results = mpirun(2, "compat", tmp_path)
+    assert all(r["collective"] and r["exact"] for r in results)
+    assert len({r["interval"] for r in results}) == 1
