@@ -14,7 +14,8 @@ from ._args import check_bool, check_int
 from .actions import Action, Advance, EndReverse, Free, Prefetch, Store, Tier
 from .revolve import forward_then_reverse, optimal_recomputations, reverse_range
 
-__all__ = ["AsyncMultistage", "Chen", "reverse_intervals", "two_level_forward_steps"]
+__all__ = ["AsyncMultistage", "Chen", "last_interval_then_reverse", "reverse_intervals",
+           "two_level_forward_steps"]
 
 
 def two_level_forward_steps(n_steps: int, interval: int, l1_slots: int) -> float:
@@ -40,6 +41,27 @@ def reverse_intervals(starts: Sequence[int], snaps: int, taping: bool) -> Iterat
         yield from reverse_range(start, starts[k + 1], snaps, {start: Tier.L2}, live=None,
                                  taping=taping)
         yield Free(start, Tier.L2)
+
+
+def last_interval_then_reverse(starts: Sequence[int], n_steps: int, snaps: int,
+                               taping: bool) -> Iterator[Action]:
+    """Yield the last interval, from the live ``u_starts[-1]`` to u_n, laying the Level-1
+    checkpoints its reversal needs, then its reversal and every earlier interval's, newest
+    first, prefetched one interval ahead."""
+    last = starts[-1]
+    # A last interval of one step never reloads its start under taping: its only reverse step
+    # is taped by the forward sweep's last call.
+    keep = n_steps - last > 1 or not taping
+    if keep:
+        yield Store(last, Tier.L2)
+    ahead: tuple[Prefetch, ...] = (Prefetch(last),) if keep else ()
+    if len(starts) > 1:
+        ahead += (Prefetch(starts[-2]),)
+    yield from forward_then_reverse(last, n_steps, snaps, {last: Tier.L2}, taping, ahead)
+    if keep:
+        yield Free(last, Tier.L2)
+    yield from reverse_intervals(starts, snaps, taping)
+    yield EndReverse()
 
 
 class AsyncMultistage:
@@ -104,23 +126,10 @@ class AsyncMultistage:
     def __iter__(self) -> Iterator[Action]:
         n, snaps, taping = self.n_steps, self.l1_slots + 1, self.taping
         starts = self._starts()
-        last = starts[-1]
-        # A last interval of one step never reloads its start under taping: its only reverse
-        # step is taped by the forward sweep's last call.
-        keep_last = n - last > 1 or not taping
         for start in starts[:-1]:
             yield Store(start, Tier.L2)
             yield Advance(start, start + self.interval)
-        if keep_last:
-            yield Store(last, Tier.L2)
-        ahead: tuple[Prefetch, ...] = (Prefetch(last),) if keep_last else ()
-        if len(starts) > 1:
-            ahead += (Prefetch(starts[-2]),)
-        yield from forward_then_reverse(last, n, snaps, {last: Tier.L2}, taping, ahead)
-        if keep_last:
-            yield Free(last, Tier.L2)
-        yield from reverse_intervals(starts, snaps, taping)
-        yield EndReverse()
+        yield from last_interval_then_reverse(starts, n, snaps, taping)
 
 
 class Chen:

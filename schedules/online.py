@@ -18,8 +18,8 @@ from typing import Protocol
 from ._args import check_bool, check_int
 from ._errors import InvalidTypeError, InvalidValueError, ScheduleError
 from .actions import Action, Advance, EndForward, EndReverse, Free, Prefetch, Store, Tier
-from .multistage import reverse_intervals
-from .revolve import forward_then_reverse, reverse_range
+from .multistage import last_interval_then_reverse, reverse_intervals
+from .revolve import reverse_range
 
 __all__ = ["Decisions", "EveryInterval", "Replay", "OnlineMultistage"]
 
@@ -192,20 +192,8 @@ class OnlineMultistage:
     def _known_end(self, last: int) -> Iterator[Action]:
         """The last interval, from ``last`` to a known u_n: its forward sweep lays the Level-1
         checkpoints its reversal needs, as AsyncMultistage's last interval does."""
-        n, snaps, taping = self.n_steps, self.l1_slots + 1, self.taping
-        assert n is not None
-        self.n_reached = n
-        # a last interval of one step under taping never reloads its start
-        keep = n - last > 1 or not taping
-        if keep:
-            yield Store(last, Tier.L2)
+        assert self.n_steps is not None
+        self.n_reached = self.n_steps
         self.stores.append(last)
-        starts = self.stores
-        ahead: tuple[Prefetch, ...] = (Prefetch(last),) if keep else ()
-        if len(starts) > 1:
-            ahead += (Prefetch(starts[-2]),)
-        yield from forward_then_reverse(last, n, snaps, {last: Tier.L2}, taping, ahead)
-        if keep:
-            yield Free(last, Tier.L2)
-        yield from reverse_intervals(starts, snaps, taping)
-        yield EndReverse()
+        yield from last_interval_then_reverse(self.stores, self.n_steps, self.l1_slots + 1,
+                                              self.taping)
