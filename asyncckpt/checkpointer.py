@@ -190,7 +190,12 @@ class AsyncCheckpointer:
             storage = ["dram", tempfile.gettempdir()]  # DRAM up to the budget, then spill
             if self._group is not None:
                 storage = per_rank(storage, self._group.rank)
-        self.storage, self._owns_storage = open_storage(storage)
+        try:
+            self.storage, self._owns_storage = open_storage(storage)
+        except BaseException as failure:
+            if self._group is not None:
+                self._group.fail(failure)  # the others must not wait for this rank
+            raise
         self._dram: int | None = None
         if self._budget is not None and not self.in_level1:
             if isinstance(self.storage, HostMemoryStorage):  # bounded by the budget
@@ -247,12 +252,15 @@ class AsyncCheckpointer:
                     tier_costs=self.tier_costs))
                 if self.n_timesteps == 1:
                     self._plan(1)
-        except BaseException:
+        except BaseException as failure:
             self._level1.release()
             if self._owns_storage:
                 self.storage.close()
             if self._group is not None:
-                self._group.free()
+                try:
+                    self._group.fail(failure)
+                finally:
+                    self._group.free()
             raise
         self._closed = False
         self._actions: Iterator[Action] | None = None
@@ -439,12 +447,17 @@ class AsyncCheckpointer:
         tuner = self._tuner
         n = self.n_timesteps
         if tuner is not None and (n is None or n > 1):
-            if tuner.tf is None and n is not None:
-                self._probe(tuner)
-            if tuner.tf is not None:
-                self._choose(tuner)
-            else:  # a first run of unknown length: the adaptive rule alone
-                self._plan(1)
+            try:
+                if tuner.tf is None and n is not None:
+                    self._probe(tuner)
+                if tuner.tf is not None:
+                    self._choose(tuner)
+                else:  # a first run of unknown length: the adaptive rule alone
+                    self._plan(1)
+            except BaseException as failure:
+                if self._group is not None:
+                    self._group.fail(failure)
+                raise
         if self._planned is not None and (self._adaptive or n is None):
             self.schedule = self._online_schedule(stop)
         assert self.schedule is not None
