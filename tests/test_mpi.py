@@ -45,8 +45,9 @@ def test_every_rank_runs_one_plan_and_its_own_exact_adjoint(tmp_path, ranks: int
                     for s in seen}
             assert len(plan) == 1, (name, run, plan)  # one plan, the slowest rank's costs
     assert results[0]["unknown-n"][0]["n"] == 60  # ended by the last rank's stop alone
-    # the slowest rank's step (0.2 ms of sleep on rank 0) is every rank's tf
-    assert results[-1]["auto"][1]["tf"] >= 2e-4
+    # the slowest rank's step (0.2 ms of sleep on rank 0, against some 5 us elsewhere) sets
+    # every rank's tf (the fit may count part of the sleep as the call's cost)
+    assert results[-1]["auto"][1]["tf"] >= 1e-4
     # per-rank Level-2 directories under the one path given (removed again when closed)
     assert not list(tmp_path.glob("rank*/*"))
 
