@@ -35,7 +35,8 @@ class RankGroup:
         self.comm = comm.Dup()
         self.rank: int = self.comm.Get_rank()
         self.size: int = self.comm.Get_size()
-        #: a failure was agreed on: no rank expects another exchange from this run
+        #: a failure was agreed on: no rank expects another exchange from this run (cleared
+        #: when the next run begins)
         self.settled = False
 
     def __repr__(self) -> str:

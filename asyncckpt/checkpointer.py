@@ -436,6 +436,8 @@ class AsyncCheckpointer:
             raise InvalidTypeError(f"stop must be callable, got {stop!r}")
         if self._phase != "idle":
             self._abandon_run()
+        if self._group is not None:
+            self._group.settled = False  # a failure agreed on in an earlier run is over
         self._stats = Stats(n_timesteps=self.n_timesteps or 0, l1_slots=self.l1_slots,
                             l1_bytes=self.l1_bytes, taping=self.taping)
         self._fit = CallFit()

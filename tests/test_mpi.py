@@ -66,6 +66,8 @@ def test_a_failure_on_one_rank_raises_on_every_rank(tmp_path, ranks: int, scenar
         if result["rank"] != failing:
             assert result["raised"] == "RankFailedError"
             assert f"rank {failing} of {ranks} failed ({error}" in result["message"]
+    if scenario == "operator-fails":  # a second run of the same checkpointers fails alike
+        assert [r["again"] for r in results] == [r["raised"] for r in results]
 
 
 def test_compat_plans_over_comm_world_in_a_running_mpi_job(tmp_path) -> None:
