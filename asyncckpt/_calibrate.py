@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 
-from ._buffers import aligned_buffer, copy_out
+from ._buffers import aligned_buffer
 from .storage import Storage
 
-__all__ = ["measure_copy", "measure_transfer", "probe_forward", "THREAD_HANDOFF_S"]
+__all__ = ["measure_transfer", "probe_forward", "THREAD_HANDOFF_S"]
 
 #: What waking a worker thread costs the caller here (measured: 17-20 us per submit).
 THREAD_HANDOFF_S = 20e-6
@@ -40,30 +39,22 @@ def measure_transfer(storage: Storage, nbytes: int, repeats: int = 3) -> tuple[f
     return statistics.median(writes), statistics.median(reads)
 
 
-def measure_copy(arrays: Sequence[np.ndarray], targets: Sequence[np.ndarray],
-                 repeats: int = 3) -> float:
-    """Median seconds of one copy of ``arrays`` (a state) into a byte buffer: into each of
-    ``targets`` in turn, so that several targets measure it cache-cold, as a run copies into
-    many distinct buffers."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for target in targets:
-            copy_out(arrays, target)
-        times.append((time.perf_counter() - start) / len(targets))
-    return statistics.median(times)
-
-
-def probe_forward(fwd_operator: Any, n_timesteps: int) -> tuple[list[int], list[float]]:
+def probe_forward(fwd_operator: Any, n_timesteps: int,
+                  settle: Callable[[], None] | None = None) -> tuple[list[int], list[float]]:
     """Time the forward operator on the opening steps from the live u_0: one step in a call
     twice (the first call may compile or warm caches), then up to 8 in one call, so that its
     per-call cost can be told from its per-step cost. Returns the calls' lengths and seconds;
-    the live state is left advanced (the caller restores u_0)."""
+    the live state is left advanced (the caller restores u_0). ``settle`` waits for work the
+    calls queued (on a device), so that each is timed to its end."""
     lengths = [1, 1, min(8, n_timesteps - 2)] if n_timesteps >= 4 else [1]
     seconds, t = [], 0
+    if settle is not None:
+        settle()
     for length in lengths:
         start = time.perf_counter()
         fwd_operator.apply(t_start=t, t_end=t + length)
+        if settle is not None:
+            settle()
         seconds.append(time.perf_counter() - start)
         t += length
     return lengths, seconds

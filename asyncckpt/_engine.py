@@ -19,8 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import numpy as np
 import xxhash
 
-from ._buffers import check_size, copy_in, copy_out
-from ._pool import POOL
+from ._buffers import check_size
+from ._link import HostLink
 from .errors import CorruptionError, ScheduleError, TransferError
 from .storage import Storage
 
@@ -72,6 +72,11 @@ class InlineExecutor:
         """Nothing runs in the background: nothing to stop."""
 
 
+class _LinkFailure(RuntimeError):
+    """A state never reached its staging buffer (a device copy failed): not to be written
+    again from it, whatever the policy."""
+
+
 def _wait(futures: list) -> None:  # type: ignore[type-arg]
     """``concurrent.futures.wait`` for the futures not yet done."""
     pending = [f for f in futures if not f.done()]
@@ -100,6 +105,9 @@ class TransferEngine:
     on_error : {"raise", "recompute"}
         What a failed write, a failed read or a corrupted read does: raise on the caller's thread,
         or mark the state lost so that the caller recomputes it (see :meth:`load`).
+    link : HostLink
+        How states get from Level-1 into the staging buffers and from the prefetch buffers back
+        (host memory copies, or a device's streams); it makes those buffers.
     """
 
     def __init__(
@@ -112,15 +120,17 @@ class TransferEngine:
         io_threads: int,
         verify: bool,
         on_error: str = "raise",
+        link: HostLink | None = None,
     ) -> None:
         self.storage = storage
+        self._link = link = HostLink() if link is None else link
         self.nbytes = nbytes
         self.verify = verify
         self.recover = on_error == "recompute"
         # states whose write failed (recompute policy): never on Level-2
         self._lost: set[int] = set()
-        self._free_staging = [POOL.aligned(nbytes) for _ in range(staging_buffers)]
-        self._free_prefetch = [POOL.aligned(nbytes) for _ in range(prefetch_buffers)]
+        self._free_staging = [link.staging_buffer(nbytes) for _ in range(staging_buffers)]
+        self._free_prefetch = [link.prefetch_buffer(nbytes) for _ in range(prefetch_buffers)]
         # writes in flight, oldest first, and the same futures by key
         self._writes: deque[tuple[int, Future[tuple[int, np.ndarray]], np.ndarray]] = deque()
         self._writing: dict[int, Future[tuple[int, np.ndarray]]] = {}
@@ -168,29 +178,40 @@ class TransferEngine:
             else:
                 self.read_busy_s += seconds
 
-    def _write(self, key: int, buffer: np.ndarray, size: int) -> tuple[int, np.ndarray]:
-        """Write u_key (its first ``size`` bytes) from a staging buffer; return its checksum and
-        the buffer to stage into next (the same one, unless the backend adopted it and gave a
-        spare in exchange)."""
+    def _write(self, key: int, buffer: np.ndarray, size: int,
+               ticket: object = None) -> tuple[int, np.ndarray]:
+        """Write u_key (its first ``size`` bytes) from a staging buffer, once the link's
+        ``ticket`` says it is there; return its checksum and the buffer to stage into next (the
+        same one, unless the backend adopted it and gave a spare in exchange)."""
+        linked = 0.0
+        if ticket is not None:
+            try:
+                linked = self._link.sent(ticket)
+            except Exception as exc:  # the staging buffer holds nothing to write again
+                raise _LinkFailure(f"the copy of u_{key} out of Level-1 failed: {exc!r}") \
+                    from exc
         start = time.perf_counter()
         view = buffer[:size]
         digest = _checksum(view) if self.verify else 0
         buffer = self.storage.adopt(key, buffer, size)
-        self._busy("write", time.perf_counter() - start)
+        self._busy("write", linked + time.perf_counter() - start)
         return digest, buffer
 
-    def _read(self, key: int, out: np.ndarray, digest: int | None,
+    def _read(self, key: int, buffer: np.ndarray, size: int, digest: int | None,
               written: Future[tuple[int, np.ndarray]] | None) -> None:
+        """Read u_key (``size`` bytes) into a prefetch buffer and make it ready for a load."""
         if written is not None:
             digest = written.result()[0]
+        out = buffer[:size]
         start = time.perf_counter()
         self.storage.get(key, out)
-        self._busy("read", time.perf_counter() - start)
+        host = time.perf_counter() - start
         if self.verify and digest is not None and _checksum(out) != digest:
             raise CorruptionError(
                 f"Level-2 read of u_{key} from {self.storage!r}: checksum mismatch "
                 f"({out.nbytes} bytes differ from what was written)"
             )
+        self._busy("read", host + self._link.receive(buffer, size))
 
     # -- main-thread side ----------------------------------------------------------------------
 
@@ -212,7 +233,8 @@ class TransferEngine:
         key, future, buffer = self._writes.popleft()
         del self._writing[key]
         exc = future.exception()
-        if exc is not None and self.recover and key not in self._doomed:
+        if (exc is not None and self.recover and key not in self._doomed
+                and not isinstance(exc, _LinkFailure)):
             exc, buffer = self._write_again(key, buffer, exc)
             if exc is None:
                 self._free_staging.append(buffer)
@@ -271,12 +293,12 @@ class TransferEngine:
         buffer = self._free_staging.pop()
         size = sum(a.nbytes for a in arrays)
         start = time.perf_counter()
-        copy_out(arrays, buffer)
+        ticket = self._link.send(arrays, buffer, size)
         self.copy_s += time.perf_counter() - start
         self.copies += 1
         self._sizes[key] = size
         self.last_submit = time.perf_counter()
-        future = self._executor.submit(self._write, key, buffer, size)
+        future = self._executor.submit(self._write, key, buffer, size, ticket)
         self._writes.append((key, future, buffer))
         self._writing[key] = future
         self.writes += 1
@@ -313,7 +335,7 @@ class TransferEngine:
             future: Future[None] | _Completed = _Completed(
                 exception=TransferError(f"u_{key} was never written to Level-2"))
         else:
-            future = self._executor.submit(self._read, key, buffer[: self._sizes[key]],
+            future = self._executor.submit(self._read, key, buffer, self._sizes[key],
                                            self._digests.get(key), self._writing.get(key))
             self.reads += 1
             self.bytes_read += self._sizes[key]
@@ -350,7 +372,7 @@ class TransferEngine:
         if not self._arrived(key):
             return False
         start = time.perf_counter()
-        copy_in(self._reads[key][1], arrays)
+        self._link.deliver(self._reads[key][1], arrays)
         self.copy_s += time.perf_counter() - start
         self.copies += 1
         return True
@@ -362,13 +384,13 @@ class TransferEngine:
         if key in self._reads:
             if not self._arrived(key):
                 return False
-            copy_in(self._reads[key][1], arrays)
+            self._link.deliver(self._reads[key][1], arrays)
             return True
         if key in self._lost:
             return False
         buffer = self._reads[via][1]
         try:
-            self._read(key, buffer[: self._sizes[key]], self._digests.get(key),
+            self._read(key, buffer, self._sizes[key], self._digests.get(key),
                        self._writing.get(key))
         except Exception as exc:  # noqa: BLE001 - recompute policy: note it, look further back
             log.warning("Level-2 read of u_%d on %r failed (%r) while recomputing u_%d",
@@ -377,7 +399,7 @@ class TransferEngine:
             self._lost.add(key)
             return False
         self.reads += 1
-        copy_in(buffer, arrays)
+        self._link.deliver(buffer, arrays)
         return True
 
     def reread(self, key: int, arrays: Sequence[np.ndarray]) -> bool:
@@ -392,7 +414,7 @@ class TransferEngine:
             return False
         buffer = self._reads[key][1]
         try:
-            self._read(key, buffer[: self._sizes[key]], self._digests.get(key),
+            self._read(key, buffer, self._sizes[key], self._digests.get(key),
                        self._writing.get(key))
         except Exception as exc:  # noqa: BLE001 - recompute policy: recompute instead
             log.warning("Level-2 read of u_%d on %r failed again (%r)", key, self.storage, exc)
@@ -400,13 +422,13 @@ class TransferEngine:
         self.reads += 1
         self._lost.discard(key)
         self._reads[key] = (_Completed(), buffer)  # type: ignore[assignment]
-        copy_in(buffer, arrays)
+        self._link.deliver(buffer, arrays)
         return True
 
     def recovered(self, key: int, arrays: Sequence[np.ndarray]) -> None:
         """Keep the recomputed u_key (``arrays``) in its prefetch buffer, as if it had been read."""
         _, buffer = self._reads[key]
-        copy_out(arrays, buffer)
+        self._link.keep(arrays, buffer)
         self._reads[key] = (_Completed(), buffer)  # type: ignore[assignment]
 
     def free(self, key: int) -> None:
@@ -467,5 +489,5 @@ class TransferEngine:
         prefetch buffers to the process's pool; safe to call twice."""
         self._executor.shutdown(wait=True, cancel_futures=True)
         if not self._writes and not self._reads:
-            POOL.give(self._free_staging + self._free_prefetch)
+            self._link.release(self._free_staging + self._free_prefetch)
             self._free_staging, self._free_prefetch = [], []

@@ -25,10 +25,10 @@ from schedules import (
 )
 from schedules.actions import Action
 
-from ._buffers import check_size, copy_in, copy_out
+from ._buffers import check_size
 from ._engine import TransferEngine
+from ._link import HostLink
 from ._mpi import RankGroup
-from ._pool import POOL
 from ._tuning import CallFit
 from .checkpoint import check_arrays
 from .errors import ScheduleError, TransferError
@@ -38,11 +38,13 @@ __all__ = ["Interpreter", "Level1", "RunDecisions"]
 
 
 class Level1:
-    """The Level-1 slots: page-aligned buffers drawn from the process pool when first used
-    (never per step), each holding one state by its step."""
+    """The Level-1 slots: buffers made by the ``link`` when first used (never per step; on the
+    host page-aligned and drawn from the process pool, on a device in its memory), each holding
+    one state by its step."""
 
-    def __init__(self, nbytes: int) -> None:
+    def __init__(self, nbytes: int, link: HostLink | None = None) -> None:
         self.nbytes = nbytes
+        self.link = HostLink() if link is None else link
         self.held: dict[int, np.ndarray] = {}
         self.sizes: dict[int, int] = {}  # bytes of each held state (at most ``nbytes``)
         self._free: list[np.ndarray] = []
@@ -51,7 +53,7 @@ class Level1:
 
     def take(self) -> np.ndarray:
         """A free slot: a released one, one a closed checkpointer left in the pool, or new."""
-        return self._free.pop() if self._free else POOL.aligned(self.nbytes)
+        return self._free.pop() if self._free else self.link.slot(self.nbytes)
 
     def give(self, slot: np.ndarray) -> None:
         self._free.append(slot)
@@ -59,7 +61,7 @@ class Level1:
     def store(self, step: int, arrays: Sequence[np.ndarray]) -> None:
         slot = self.take()
         start = time.perf_counter()
-        copy_out(arrays, slot)
+        self.link.copy_out(arrays, slot)
         self.copy_s += time.perf_counter() - start
         self.copies += 1
         self.held[step] = slot
@@ -68,7 +70,7 @@ class Level1:
     def load(self, step: int, arrays: Sequence[np.ndarray]) -> None:
         check_size(step, self.sizes[step], arrays, "Level-1")
         start = time.perf_counter()
-        copy_in(self.held[step], arrays)
+        self.link.copy_in(self.held[step], arrays)
         self.copy_s += time.perf_counter() - start
         self.copies += 1
 
@@ -83,9 +85,9 @@ class Level1:
         self.sizes.clear()
 
     def release(self) -> None:
-        """Return every slot to the process pool."""
+        """Let every slot go (on the host, to the process pool)."""
         self.abandon()
-        POOL.give(self._free)
+        self.link.release(self._free)
         self._free = []
 
 
@@ -120,7 +122,9 @@ class Interpreter:
         self.engine = engine
         self.level1 = level1
         self.group = group
-        self._known: list[np.ndarray] = []
+        self.link = level1.link
+        self._returned: list[Any] = []  # what the descriptor last returned, as it returned it
+        self._known: list[np.ndarray] = []  # the same, checked (device arrays adapted)
 
     def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
         """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else
@@ -128,12 +132,16 @@ class Interpreter:
         the same array objects."""
         method = "get_data_location" if into else "get_data"
         arrays = getattr(self.checkpoint, method)(step)
-        known = self._known
-        if (isinstance(arrays, (list, tuple)) and len(arrays) == len(known)
-                and all(a is b for a, b in zip(arrays, known))):
-            return known
-        self._known = check_arrays(arrays, self.nbytes, self.dtype,
-                                   f"checkpoint.{method}({step})", exact=False)
+        returned = self._returned
+        if (isinstance(arrays, (list, tuple)) and len(arrays) == len(returned)
+                and all(a is b for a, b in zip(arrays, returned))):
+            return self._known
+        where = f"checkpoint.{method}({step})"
+        adapted = (self.link.adapt(arrays) if isinstance(arrays, (list, tuple))
+                   else arrays)
+        self._known = check_arrays(adapted, self.nbytes, self.dtype, where, exact=False,
+                                   device=self.link.device)
+        self._returned = list(arrays)
         return self._known
 
     def run(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
@@ -142,22 +150,21 @@ class Interpreter:
         to ``trace`` when given."""
         engine, level1, group = self.engine, self.level1, self.group
         fwd, rev = self.fwd_operator, self.rev_operator
-        clock = time.perf_counter
+        timer = self.link.timer(stats, fit)
+        begin_call, end_call = timer.begin, timer.end
         for action in actions:
             if trace is not None:
                 trace.append(action)
             match action:
                 case Advance(start=begin, end=end):
-                    start = clock()
+                    mark = begin_call()
                     fwd.apply(t_start=begin, t_end=end)
-                    elapsed = clock() - start
-                    stats.forward_compute_s += elapsed
+                    end_call(mark, end - begin)
                     stats.forward_steps += end - begin
-                    fit.add(end - begin, elapsed)
                 case Reverse(step=step):
-                    start = clock()
+                    mark = begin_call()
                     rev.apply(t_start=step, t_end=step + 1)
-                    stats.reverse_compute_s += clock() - start
+                    end_call(mark, 0)
                     stats.reverse_steps += 1
                 case Load(step=step, tier=Tier.L1):
                     level1.load(step, self.arrays(step, into=True))
@@ -181,6 +188,7 @@ class Interpreter:
                     engine.prefetch(step)
                 case EndForward() | EndReverse():
                     if type(action) is until:
+                        timer.settle()
                         return
                     raise ScheduleError(f"the schedule reached {action!r} while running up to "
                                         f"{until.__name__}")

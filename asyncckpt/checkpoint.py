@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from .devices.standin import StandInArray
 from .errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["Checkpoint", "ArrayCheckpoint", "check_descriptor", "check_arrays"]
+__all__ = ["Checkpoint", "ArrayCheckpoint", "as_dtype", "check_descriptor", "check_arrays"]
 
 _REQUIRED = ("size", "dtype", "get_data", "get_data_location")
 
@@ -112,33 +113,47 @@ def check_descriptor(checkpoint: object) -> int:
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
         raise InvalidValueError(f"checkpoint.size must be a positive int, got {size!r}")
     try:
-        itemsize = np.dtype(checkpoint.dtype).itemsize  # type: ignore[attr-defined]
+        itemsize = as_dtype(checkpoint.dtype).itemsize  # type: ignore[attr-defined]
     except TypeError as exc:
         raise InvalidTypeError(f"checkpoint.dtype {checkpoint.dtype!r} is not a numpy dtype") from exc  # type: ignore[attr-defined]
     return int(size) * itemsize
 
 
+def as_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as a numpy dtype; a torch dtype (``torch.float32``) by its name."""
+    if type(dtype).__module__.startswith("torch"):
+        dtype = str(dtype).removeprefix("torch.")
+    return np.dtype(dtype)
+
+
 def check_arrays(arrays: Any, nbytes: int, dtype: np.dtype, where: str, *,
-                 exact: bool = True) -> list[np.ndarray]:
+                 exact: bool = True, device: Any = None) -> list[np.ndarray]:
     """Check that ``arrays`` (from get_data or get_data_location) match the descriptor.
 
     ``exact``: their total size must be the descriptor's; otherwise at most that (states of
-    different sizes, the descriptor's being the largest).
+    different sizes, the descriptor's being the largest). ``device``: the
+    :class:`~asyncckpt.devices.Device` they must live on (None: numpy arrays in host memory).
 
     Raises
     ------
     TypeError
-        If they are not numpy arrays of the descriptor's dtype.
+        If they are not arrays of the descriptor's dtype where the state lives.
     ValueError
         If their total size differs from the descriptor's (exceeds it, unless ``exact``).
     """
-    if isinstance(arrays, np.ndarray):
-        raise InvalidTypeError(f"{where} must return a list of arrays, got a single ndarray")
+    if isinstance(arrays, np.ndarray) or (device is not None and device.owns(arrays)):
+        raise InvalidTypeError(f"{where} must return a list of arrays, got a single array")
     arrays = list(arrays)
     total = 0
     for i, array in enumerate(arrays):
-        if not isinstance(array, np.ndarray):
-            raise InvalidTypeError(f"{where}[{i}] is a {type(array).__name__}, expected numpy.ndarray")
+        if device is not None and not device.owns(array):
+            raise InvalidTypeError(
+                f"{where}[{i}] is a {type(array).__name__} outside {device.name}, where u_0 "
+                "lives: every array of a state must be on the same device")
+        if device is None and (not isinstance(array, np.ndarray)
+                               or isinstance(array, StandInArray)):
+            raise InvalidTypeError(f"{where}[{i}] is a {type(array).__name__}, expected "
+                                   "numpy.ndarray (u_0 is in host memory)")
         if array.dtype != dtype:
             raise InvalidTypeError(f"{where}[{i}] has dtype {array.dtype}, the checkpoint declares {dtype}")
         total += array.nbytes

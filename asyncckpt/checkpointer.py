@@ -16,15 +16,17 @@ from schedules.actions import Action
 from schedules.model import IntervalChoice, adaptive_interval, predict_adaptive
 
 from ._budget import Budget, dram_tier, slot_candidates
-from ._buffers import copy_in, copy_out, padded
-from ._calibrate import THREAD_HANDOFF_S, measure_copy, measure_transfer, probe_forward
+from ._buffers import padded
+from ._calibrate import THREAD_HANDOFF_S, measure_transfer, probe_forward
 from ._engine import TransferEngine
 from ._interpreter import Interpreter, Level1, RunDecisions
+from ._link import DeviceLink, HostLink
 from ._mpi import RankGroup, per_rank
 from ._options import (check_bool, check_choice, check_int, check_operator, parse_bytes,
                        parse_interval)
 from ._tuning import CallFit, IntervalTuner, agree_costs, remember, remembered
-from .checkpoint import check_arrays, check_descriptor
+from .checkpoint import as_dtype, check_arrays, check_descriptor
+from .devices import device_of
 from .errors import InvalidTypeError, InvalidValueError, MemoryBudgetError, UsageError
 from .stats import Stats
 from .storage import HostMemoryStorage, Storage, TieredStorage, open_storage
@@ -173,12 +175,22 @@ class AsyncCheckpointer:
             if self.memory_budget is not None:  # one plan: the tightest rank's budget
                 self.memory_budget = self._group.min(self.memory_budget)
         self.checkpoint = checkpoint
-        self.dtype = np.dtype(checkpoint.dtype)
+        self.dtype = as_dtype(checkpoint.dtype)
         self.fwd_operator = fwd_operator
         self.rev_operator = rev_operator
         self.blas_threads = blas_threads
-        first = check_arrays(checkpoint.get_data(0), self.nbytes, self.dtype,
-                             "checkpoint.get_data(0)")
+        first = checkpoint.get_data(0)
+        #: The device Level-1 lives on (where u_0's arrays are), or None for host memory.
+        self.device = device_of(first) if isinstance(first, (list, tuple)) else None
+        if self.device is not None:
+            first = self.device.adapt(first)
+            if transfers == "inline":
+                raise InvalidValueError(
+                    f"transfers='inline' would make the caller wait for every device copy; "
+                    f"states on {self.device.name} use 'background' (or 'auto')")
+            transfers = "background"
+        first = check_arrays(first, self.nbytes, self.dtype, "checkpoint.get_data(0)",
+                             device=self.device)
 
         engine_buffers = staging_buffers + AsyncMultistage.prefetch_slots
         self._engine_buffers = engine_buffers
@@ -186,18 +198,19 @@ class AsyncCheckpointer:
                         else Budget(self.memory_budget, self.nbytes, engine_buffers))
         self._slots_fixed = fixed_slots is not None
         self.l1_slots, self.in_level1 = self._split(fixed_slots, interval)
-        if self._budget is not None and not self.in_level1 and storage is None:
+        on_host = self.device is None  # a device's budget counts device memory, not DRAM
+        if self._budget is not None and not self.in_level1 and storage is None and on_host:
             storage = ["dram", tempfile.gettempdir()]  # DRAM up to the budget, then spill
             if self._group is not None:
                 storage = per_rank(storage, self._group.rank)
         try:
-            self.storage, self._owns_storage = open_storage(storage)
+            self.storage, self._owns_storage = open_storage(storage, self.device)
         except BaseException as failure:
             if self._group is not None:
                 self._group.fail(failure)  # the others must not wait for this rank
             raise
         self._dram: int | None = None
-        if self._budget is not None and not self.in_level1:
+        if self._budget is not None and not self.in_level1 and on_host:
             if isinstance(self.storage, HostMemoryStorage):  # bounded by the budget
                 self.storage = TieredStorage([self.storage], owned=[self._owns_storage])
                 self._owns_storage = True
@@ -207,7 +220,8 @@ class AsyncCheckpointer:
         self.schedule: AsyncMultistage | OnlineMultistage | Revolve | None = None
         self._tuner: IntervalTuner | None = None
         self._tuner_key: tuple[object, ...] = ()
-        self._level1 = Level1(self.nbytes)
+        self._link = HostLink() if self.device is None else DeviceLink(self.device)
+        self._level1 = Level1(self.nbytes, self._link)
         try:
             self._use_slots(self.l1_slots)
             if self.in_level1:
@@ -217,13 +231,17 @@ class AsyncCheckpointer:
             self.transfer_costs: tuple[float, float] | None = None
             self.tier_costs: list[tuple[float, float]] | None = None
             if not self.in_level1 and (self._owns_storage or isinstance(interval, str)):
+                # a device adds its copies to and from page-locked memory to every transfer
+                down, up = self._link.measure(self.nbytes)
                 if isinstance(self.storage, TieredStorage):
-                    self.tier_costs = [measure_transfer(t, self.nbytes)
-                                       for t in self.storage.tiers]
+                    self.tier_costs = [(tw + down, tr + up) for tw, tr in
+                                       (measure_transfer(t, self.nbytes)
+                                        for t in self.storage.tiers)]
                     self.transfer_costs = self.tier_costs[0]
                     transfers = "background" if transfers == "auto" else transfers
                 else:
-                    self.transfer_costs = measure_transfer(self.storage, self.nbytes)
+                    tw, tr = measure_transfer(self.storage, self.nbytes)
+                    self.transfer_costs = (tw + down, tr + up)
             if transfers == "auto":
                 cheap = (self.transfer_costs is not None
                          and sum(self.transfer_costs) < 2 * THREAD_HANDOFF_S)
@@ -239,6 +257,7 @@ class AsyncCheckpointer:
                 io_threads=io_threads if transfers == "background" else 0,
                 verify=verify,
                 on_error=on_level2_error,
+                link=self._link,
             )
             self._interpreter = Interpreter(checkpoint, self.nbytes, self.dtype, fwd_operator,
                                             rev_operator, self._engine, self._level1,
@@ -254,6 +273,7 @@ class AsyncCheckpointer:
                     self._plan(1)
         except BaseException as failure:
             self._level1.release()
+            self._link.close()
             if self._owns_storage:
                 self.storage.close()
             if self._group is not None:
@@ -402,7 +422,7 @@ class AsyncCheckpointer:
         """Seconds of the staging copy of one state (a store's cost to the caller)."""
         slot = self._level1.take()
         try:
-            return measure_copy(arrays, [slot])
+            return self._link.measure_copy(arrays, [slot])
         finally:
             self._level1.give(slot)
 
@@ -439,7 +459,8 @@ class AsyncCheckpointer:
         if self._group is not None:
             self._group.settled = False  # a failure agreed on in an earlier run is over
         self._stats = Stats(n_timesteps=self.n_timesteps or 0, l1_slots=self.l1_slots,
-                            l1_bytes=self.l1_bytes, taping=self.taping)
+                            l1_bytes=self.l1_bytes, taping=self.taping,
+                            device="host" if self.device is None else self.device.name)
         self._fit = CallFit()
         self._level1.copies, self._level1.copy_s = 0, 0.0
         self._fresh_base = self.storage.fresh_s
@@ -562,12 +583,13 @@ class AsyncCheckpointer:
         """The first run with ``interval="auto"`` and no costs yet: time the opening forward calls
         (see :func:`~asyncckpt._calibrate.probe_forward`). u_0 is kept in a Level-1 slot and
         restored, so the schedule then runs from u_0 as it is."""
-        stats, arrays = self._stats, self._interpreter.arrays
+        stats, arrays, link = self._stats, self._interpreter.arrays, self._link
         held = self._level1.take()
         try:
-            copy_out(arrays(0, into=False), held)
+            link.copy_out(arrays(0, into=False), held)
             assert self.n_timesteps is not None  # runs of unknown length are not probed
-            lengths, seconds = probe_forward(self.fwd_operator, self.n_timesteps)
+            lengths, seconds = probe_forward(self.fwd_operator, self.n_timesteps,
+                                             settle=link.settle)
             stats.forward_compute_s += sum(seconds)
             stats.forward_steps += sum(lengths)
             stats.probe_steps = sum(lengths)
@@ -575,7 +597,7 @@ class AsyncCheckpointer:
                 tuner.probed(seconds[1], seconds[2], lengths[2])
             else:
                 tuner.tf, tuner.tcall = max(seconds[0], 1e-9), 0.0
-            copy_in(held, arrays(0, into=True))
+            link.copy_in(held, arrays(0, into=True))
         finally:
             self._level1.give(held)
 
@@ -589,6 +611,7 @@ class AsyncCheckpointer:
                 self._abandon_run()
         finally:
             self._engine.close()
+            self._link.close()
             if self._owns_storage:
                 self.storage.close()
             self._level1.release()
@@ -636,6 +659,7 @@ class AsyncCheckpointer:
         stats.write_fresh_s = self.storage.fresh_s - self._fresh_base
         if isinstance(self.storage, TieredStorage):
             stats.l2_tiers = self.storage.counters()
+        stats.device_bytes = self._link.device_bytes
         stats.copies = self._level1.copies + engine.copies
         stats.copy_s = self._level1.copy_s + engine.copy_s
         stats.forward_calls = self._fit.calls

@@ -63,7 +63,11 @@ class Stats:
         Most Level-1 slots used at once.
     l1_bytes : int
         Level-1 bytes the checkpointer allocated (slots, staging and prefetch buffers); fixed
-        before the run, independent of n.
+        before the run, independent of n. On a device, device memory.
+    device : str
+        Where Level-1 is: "host", or the device ("cuda:0", "stand-in").
+    device_bytes : int
+        Device memory the run's buffers held at the end of the sweep (0 on the host).
     l2_peak_states : int
         Most states held on Level-2 at once.
     l2_failures : int
@@ -100,6 +104,8 @@ class Stats:
     reverse_compute_s: float = 0.0
     l1_peak_slots: int = 0
     l1_bytes: int = 0
+    device: str = "host"
+    device_bytes: int = 0
     l2_peak_states: int = 0
     l2_failures: int = 0
     recovery_steps: int = 0

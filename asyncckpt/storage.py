@@ -27,6 +27,7 @@ from .errors import (InvalidTypeError, InvalidValueError, StorageError, StorageF
 __all__ = [
     "Storage",
     "HostMemoryStorage",
+    "PinnedMemoryStorage",
     "FileStorage",
     "TieredStorage",
     "from_config",
@@ -258,6 +259,47 @@ class HostMemoryStorage(Storage):
             self._stored.clear()
             self._spare.clear()
         POOL.give(buffers)
+
+
+class PinnedMemoryStorage(HostMemoryStorage):
+    """Level-2 in page-locked (pinned) host memory, for states whose Level-1 is a device's: a
+    device copies to and from pinned memory by DMA, beside its compute, at the link's full
+    bandwidth. Like :class:`HostMemoryStorage` it keeps each state in a buffer of its own
+    (adopting the staging buffer the device copied into) and reuses freed ones.
+
+    Parameters
+    ----------
+    device : asyncckpt.devices.Device, optional
+        The device whose page-locked memory to use; default: CUDA device 0 through CuPy.
+    """
+
+    def __init__(self, device: Any = None) -> None:
+        super().__init__()
+        if device is None:
+            from .devices.cuda import CupyDevice
+
+            device = CupyDevice()
+        self.device = device
+
+    def __repr__(self) -> str:
+        return f"PinnedMemoryStorage({self.device.name})"
+
+    def get_config(self) -> dict[str, Any]:
+        return {"name": "PinnedMemoryStorage"}
+
+    def _fresh(self, nbytes: int) -> np.ndarray:
+        start = time.perf_counter()
+        buffer = self.device.pinned(nbytes)
+        elapsed = time.perf_counter() - start
+        with self._lock:
+            self.fresh_s += elapsed
+        return buffer
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._stored.clear()  # pinned memory goes back to the device's allocator
+            self._spare.clear()
 
 
 def _open_unnamed(directory: Path) -> int:
@@ -773,8 +815,9 @@ def from_config(config: dict[str, Any]) -> Storage:
     return backends[name](**{k: v for k, v in config.items() if k != "name"})  # type: ignore[index]
 
 
-def open_storage(storage: Any) -> tuple[Storage, bool]:
-    """Resolve a Level-2 spec: None or "dram" (any case) for host DRAM, a path for a
+def open_storage(storage: Any, device: Any = None) -> tuple[Storage, bool]:
+    """Resolve a Level-2 spec: None or "dram" (any case) for host DRAM (page-locked, a
+    :class:`PinnedMemoryStorage`, where Level-1 is a ``device``), a path for a
     :class:`FileStorage` with a nameless file under it, a :class:`Storage` instance, or a list
     or tuple of those: tiers, fastest first, as one :class:`TieredStorage` (a list of one is
     that one tier).
@@ -799,7 +842,7 @@ def open_storage(storage: Any) -> tuple[Storage, bool]:
             for spec in storage:
                 if isinstance(spec, (list, tuple)):
                     raise InvalidTypeError(f"storage tiers cannot nest, got {spec!r}")
-                opened.append(open_storage(spec))
+                opened.append(open_storage(spec, device))
         except BaseException:
             for tier, owned in opened:
                 if owned:
@@ -809,7 +852,7 @@ def open_storage(storage: Any) -> tuple[Storage, bool]:
             return opened[0]
         return TieredStorage([t for t, _ in opened], owned=[o for _, o in opened]), True
     if storage is None or (isinstance(storage, str) and storage.strip().lower() == "dram"):
-        return HostMemoryStorage(), True
+        return (HostMemoryStorage() if device is None else PinnedMemoryStorage(device)), True
     if isinstance(storage, (str, os.PathLike)):
         return FileStorage(storage), True
     if isinstance(storage, Storage):

@@ -25,7 +25,7 @@ from _common import Fwd, Rev, Workload, median_time, pyrevolve_runner, store_all
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 from asyncckpt._buffers import touched  # noqa: E402
-from asyncckpt._calibrate import measure_copy  # noqa: E402
+from asyncckpt._link import HostLink  # noqa: E402
 from schedules.model import Costs, predict_revolve, predict_store_all  # noqa: E402
 
 WORKLOADS = {
@@ -37,7 +37,7 @@ WORKLOADS = {
 def copy_time(w: Workload) -> float:
     """Seconds to copy one state: into several buffers in turn, cache-cold, as a run copies
     into many distinct ones."""
-    return measure_copy([w.state], [touched(w.state.nbytes) for _ in range(8)], repeats=5)
+    return HostLink().measure_copy([w.state], [touched(w.state.nbytes) for _ in range(8)], repeats=5)
 
 
 def store_all_time(w: Workload, n: int, repeats: int) -> float:

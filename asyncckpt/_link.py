@@ -1,0 +1,324 @@
+"""The link between Level-1 and the host buffers that Level-2 transfers read and write.
+
+On the host (:class:`HostLink`) Level-1 is host memory: a store is one memcpy into a staging
+buffer on the caller's thread, a load one memcpy out of a prefetch buffer, and operators are
+timed by the clock. On a device (:class:`DeviceLink`) Level-1 slots, staging and prefetch
+buffers live in device memory and the host buffers are page-locked:
+
+- a store queues a device-to-device copy of the live state into a device staging buffer on the
+  compute stream (the stream the step that produced it ran on), records an event, and queues the
+  device-to-host copy on a write stream of its own behind that event; the caller never waits.
+  The I/O thread waits on the copy's event, then hands the host buffer to Level-2.
+- a prefetch reads Level-2 into a page-locked buffer on the I/O thread, then copies it to its
+  device twin on a read stream, behind the event of the last copy out of that twin. A load
+  queues the copy from the twin into the live state on the compute stream.
+- operators are timed by events around their calls, read when they have completed, so the
+  caller is not held up; each sweep ends with one wait for the compute stream.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._buffers import copy_in, copy_out, padded
+from ._pool import POOL
+from ._tuning import CallFit
+from .devices import Device, Event, Stream
+from .stats import Stats
+
+__all__ = ["HostLink", "DeviceLink", "Link"]
+
+
+class _HostTimer:
+    """Times operator calls by the clock, at once."""
+
+    __slots__ = ("stats", "fit")
+
+    def __init__(self, stats: Stats, fit: CallFit) -> None:
+        self.stats, self.fit = stats, fit
+
+    @staticmethod
+    def begin() -> Any:
+        return time.perf_counter()
+
+    def end(self, mark: Any, steps: int) -> None:
+        """A forward call of ``steps`` steps (0: a reverse step) that began at ``mark``."""
+        self.add(time.perf_counter() - mark, steps)
+
+    def add(self, elapsed: float, steps: int) -> None:
+        if steps:
+            self.stats.forward_compute_s += elapsed
+            self.fit.add(steps, elapsed)
+        else:
+            self.stats.reverse_compute_s += elapsed
+
+    def settle(self) -> None:
+        """Nothing is pending on the host."""
+
+
+class _DeviceTimer(_HostTimer):
+    """Times operator calls by events on the compute stream, counted once they have run."""
+
+    __slots__ = ("device", "_pending")
+
+    def __init__(self, stats: Stats, fit: CallFit, device: Device) -> None:
+        super().__init__(stats, fit)
+        self.device = device
+        self._pending: list[tuple[Event, Event, int]] = []
+
+    def begin(self) -> Any:  # type: ignore[override]
+        return self.device.current_stream().record()
+
+    def end(self, mark: Any, steps: int) -> None:
+        self._pending.append((mark, self.device.current_stream().record(), steps))
+        self._count(wait=False)
+
+    def _count(self, wait: bool) -> None:
+        done = 0
+        for start, end, steps in self._pending:
+            if wait:
+                end.synchronize()
+            elif not end.query():
+                break
+            self.add(self.device.elapsed(start, end), steps)
+            done += 1
+        del self._pending[:done]
+
+    def settle(self) -> None:
+        """Wait for the compute stream and count every call (the end of a sweep)."""
+        if self._pending:
+            self._count(wait=True)
+        else:
+            self.device.current_stream().synchronize()
+
+
+class HostLink:
+    """Level-1 in host memory."""
+
+    device: Device | None = None
+
+    def adapt(self, arrays: Sequence[Any]) -> list[Any]:
+        return list(arrays)
+
+    def slot(self, nbytes: int) -> Any:
+        """A Level-1 slot for a state of at most ``nbytes`` bytes."""
+        return POOL.aligned(nbytes)
+
+    def release(self, buffers: list[Any]) -> None:
+        """Let slots and engine buffers go (to the process's pool, for the next checkpointer)."""
+        POOL.give(buffers)
+
+    def staging_buffer(self, nbytes: int) -> np.ndarray:
+        """A host buffer a Level-2 write is staged in."""
+        return POOL.aligned(nbytes)
+
+    prefetch_buffer = staging_buffer
+
+    def copy_out(self, arrays: Sequence[Any], slot: Any) -> None:
+        """Copy the live ``arrays`` into a Level-1 ``slot``."""
+        copy_out(arrays, slot)
+
+    def copy_in(self, slot: Any, arrays: Sequence[Any]) -> None:
+        """Copy a Level-1 ``slot`` into the live ``arrays``."""
+        copy_in(slot, arrays)
+
+    def send(self, arrays: Sequence[Any], host: np.ndarray, nbytes: int) -> Any:
+        """Start moving the live ``arrays`` (``nbytes``) into the staging buffer ``host``;
+        return what :meth:`sent` waits on."""
+        copy_out(arrays, host)
+        return None
+
+    def sent(self, ticket: Any) -> float:
+        """On the I/O thread: wait until ``host`` holds the state; return the link's seconds."""
+        return 0.0
+
+    def receive(self, host: np.ndarray, nbytes: int) -> float:
+        """On the I/O thread, after a Level-2 read into the prefetch buffer ``host``: make it
+        ready for :meth:`deliver`; return the link's seconds."""
+        return 0.0
+
+    def deliver(self, host: np.ndarray, arrays: Sequence[Any]) -> None:
+        """Copy a received prefetch buffer into the live ``arrays``."""
+        copy_in(host, arrays)
+
+    def keep(self, arrays: Sequence[Any], host: np.ndarray) -> None:
+        """Put the live ``arrays`` where :meth:`deliver` takes them from (a recomputed state)."""
+        copy_out(arrays, host)
+
+    def timer(self, stats: Stats, fit: CallFit) -> _HostTimer:
+        """What times the operators' calls during one sweep."""
+        return _HostTimer(stats, fit)
+
+    def settle(self) -> None:
+        """Wait until the live state is what the calls so far made it."""
+
+    def measure_copy(self, arrays: Sequence[Any], targets: Sequence[Any],
+                     repeats: int = 3) -> float:
+        """Median seconds of one copy of ``arrays`` (a state) into a Level-1 buffer: into each
+        of ``targets`` in turn, so that several targets measure it cache-cold."""
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for target in targets:
+                self.copy_out(arrays, target)
+            self.settle()
+            times.append((time.perf_counter() - start) / len(targets))
+        return statistics.median(times)
+
+    def measure(self, nbytes: int) -> tuple[float, float]:
+        """Seconds the link adds to a Level-2 write and a read of ``nbytes`` (host: none)."""
+        return 0.0, 0.0
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory held by the run's buffers."""
+        return 0
+
+    def close(self) -> None:
+        """Nothing runs beside the caller."""
+
+
+Link = HostLink
+
+
+class DeviceLink(HostLink):
+    """Level-1 in ``device`` memory, Level-2 transfers through page-locked host buffers on
+    streams of their own.
+
+    Parameters
+    ----------
+    device : Device
+    """
+
+    def __init__(self, device: Device) -> None:
+        self.device = self._device = device
+        self._write_stream = device.new_stream()
+        self._read_stream = device.new_stream()
+        self._lock = threading.Lock()
+        self._staging: list[Any] = []  # free device staging buffers
+        self._twins: dict[int, Any] = {}  # id(prefetch host buffer) -> its device twin
+        self._consumed: dict[int, Event] = {}  # id(prefetch host buffer) -> last copy out
+        self._device_bytes = 0
+
+    def __repr__(self) -> str:
+        return f"DeviceLink({self._device!r})"
+
+    def adapt(self, arrays: Sequence[Any]) -> list[Any]:
+        return self._device.adapt(arrays)
+
+    def _empty(self, nbytes: int) -> Any:
+        buffer = self._device.empty(padded(nbytes))
+        with self._lock:
+            self._device_bytes += buffer.nbytes
+        return buffer
+
+    def slot(self, nbytes: int) -> Any:
+        return self._empty(nbytes)
+
+    def release(self, buffers: list[Any]) -> None:
+        freed = sum(b.nbytes for b in buffers if self._device.owns(b))
+        with self._lock:
+            self._device_bytes -= freed
+
+    def staging_buffer(self, nbytes: int) -> np.ndarray:
+        staging = self._empty(nbytes)
+        with self._lock:
+            self._staging.append(staging)
+        return self._device.pinned(padded(nbytes))
+
+    def prefetch_buffer(self, nbytes: int) -> np.ndarray:
+        host = self._device.pinned(padded(nbytes))
+        self._twins[id(host)] = self._empty(nbytes)
+        return host
+
+    def copy_out(self, arrays: Sequence[Any], slot: Any) -> None:
+        self._device.gather(arrays, slot, self._device.current_stream())
+
+    def copy_in(self, slot: Any, arrays: Sequence[Any]) -> None:
+        self._device.scatter(slot, arrays, self._device.current_stream())
+
+    def send(self, arrays: Sequence[Any], host: np.ndarray, nbytes: int) -> Any:
+        compute = self._device.current_stream()
+        with self._lock:
+            staging = self._staging.pop()  # as many as host staging buffers: one is free
+        self._device.gather(arrays, staging, compute)
+        produced = compute.record()
+        stream = self._write_stream
+        stream.wait_event(produced)
+        start = stream.record()
+        self._device.to_host(staging, host, nbytes, stream)
+        return staging, start, stream.record()
+
+    def sent(self, ticket: Any) -> float:
+        staging, start, done = ticket
+        try:
+            done.synchronize()
+        finally:
+            with self._lock:
+                self._staging.append(staging)
+        return self._device.elapsed(start, done)
+
+    def receive(self, host: np.ndarray, nbytes: int) -> float:
+        stream = self._read_stream
+        consumed = self._consumed.pop(id(host), None)
+        if consumed is not None:  # the compute stream may still be copying out of the twin
+            stream.wait_event(consumed)
+        start = stream.record()
+        self._device.to_device(host, self._twins[id(host)], nbytes, stream)
+        done = stream.record()
+        done.synchronize()
+        return self._device.elapsed(start, done)
+
+    def deliver(self, host: np.ndarray, arrays: Sequence[Any]) -> None:
+        compute = self._device.current_stream()
+        self._device.scatter(self._twins[id(host)], arrays, compute)
+        self._consumed[id(host)] = compute.record()
+
+    def keep(self, arrays: Sequence[Any], host: np.ndarray) -> None:
+        compute = self._device.current_stream()
+        self._device.gather(arrays, self._twins[id(host)], compute)
+        self._consumed[id(host)] = compute.record()
+
+    def timer(self, stats: Stats, fit: CallFit) -> _HostTimer:
+        return _DeviceTimer(stats, fit, self._device)
+
+    def settle(self) -> None:
+        self._device.current_stream().synchronize()
+
+    def measure(self, nbytes: int, repeats: int = 3) -> tuple[float, float]:
+        """Median seconds of a device-to-host and a host-to-device copy of ``nbytes`` between
+        device memory and page-locked host memory, on the link's own streams."""
+        device = self._device
+        buffer, host = device.empty(padded(nbytes)), device.pinned(padded(nbytes))
+
+        def timed(stream: Stream, copy: Any, *args: Any) -> float:
+            start = stream.record()
+            copy(*args, nbytes, stream)
+            end = stream.record()
+            end.synchronize()
+            return device.elapsed(start, end)
+
+        down = [timed(self._write_stream, device.to_host, buffer, host) for _ in range(repeats)]
+        up = [timed(self._read_stream, device.to_device, host, buffer) for _ in range(repeats)]
+        return statistics.median(down), statistics.median(up)
+
+    @property
+    def device_bytes(self) -> int:
+        with self._lock:
+            return self._device_bytes
+
+    def close(self) -> None:
+        """Release the link's streams (after their queued work) and the engine's device
+        buffers."""
+        self._write_stream.close()
+        self._read_stream.close()
+        with self._lock:
+            held = self._staging + list(self._twins.values())
+            self._device_bytes -= sum(b.nbytes for b in held)
+            self._staging, self._twins = [], {}
+            self._consumed.clear()
