@@ -79,11 +79,11 @@ class _DeviceTimer(_HostTimer):
         self._count(wait=False)
 
     def _count(self, wait: bool) -> None:
+        if wait:  # one wait: the stream runs in order, so the last event is the last to fire
+            self._pending[-1][1].synchronize()
         done = 0
         for start, end, steps in self._pending:
-            if wait:
-                end.synchronize()
-            elif not end.query():
+            if not wait and not end.query():
                 break
             self.add(self.device.elapsed(start, end), steps)
             done += 1

@@ -87,7 +87,7 @@ class StandInStream(Stream):
         self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         if not synchronous:
-            self._thread = threading.Thread(target=self._serve, name=f"standin-{name}",
+            self._thread = threading.Thread(target=self._serve, name=f"asyncckpt-standin-{name}",
                                             daemon=True)
             self._thread.start()
 
