@@ -18,7 +18,8 @@ CORPUS = load_corpus()
 
 
 def gradients(method: str, n: int, kernels: str, level2_dir: Path, **kwargs) -> np.ndarray:
-    model = LSTM(CORPUS, n, hidden=16, batch=3, kernels=kernels)
+    model = LSTM(CORPUS, n, hidden=16, batch=3, kernels=kernels,
+                 device=kwargs.get("device", "cpu"))
     model.reset()
     run_method(method, model, slots=kwargs.get("slots", 3), interval=kwargs.get("interval", 1),
                level2_dir=str(level2_dir))
@@ -36,6 +37,20 @@ def test_every_method_equals_backprop_bit_for_bit(kernels: str, n: int, disk_dir
     for interval in (1, 5, n):
         got = gradients("async-dram", n, kernels, disk_dir, interval=min(interval, n))
         assert got.tobytes() == reference.tobytes()
+
+
+@pytest.mark.parametrize("n", [1, 23])
+def test_on_the_device_stand_in_every_method_equals_host_backprop(n: int, disk_dir: Path) -> None:
+    """``--device``: the model's arrays in (stand-in) device memory, Level-1 there, Level-2
+    page-locked; each method that runs on a device gives the host's gradients bit for bit."""
+    from experiments.lstm.methods import ON_DEVICE
+
+    reference = gradients("backprop", n, "numpy", disk_dir)
+    for method in ON_DEVICE:
+        got = gradients(method, n, "numpy", disk_dir, device="standin", interval=min(3, n))
+        assert got.tobytes() == reference.tobytes(), method
+    with pytest.raises(ValueError, match="host only"):
+        gradients("revolve", n, "numpy", disk_dir, device="standin")
 
 
 def test_numba_and_numpy_kernels_agree_closely(disk_dir: Path) -> None:

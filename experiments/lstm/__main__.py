@@ -22,7 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .methods import METHODS, parse_interval
+from .methods import METHODS, ON_DEVICE, parse_interval
 from .report import figures, goals, table
 
 QUICK = {"lengths": [50, 100, 200, 400, 800, 1600, 3200], "repeats": 3}
@@ -34,7 +34,7 @@ def run_worker(method: str, n: int, args: argparse.Namespace, level2_dir: str) -
     command = [sys.executable, "-m", "experiments.lstm.worker", "--method", method, "--n", str(n),
                "--hidden", str(args.hidden), "--batch", str(args.batch), "--slots",
                str(args.slots), "--interval", str(args.interval), "--repeats", str(args.repeats),
-               "--kernels", args.kernels, "--level2-dir", level2_dir]
+               "--kernels", args.kernels, "--level2-dir", level2_dir, "--device", args.device]
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/lstm"),
                         help="directory for results and figures (default results/lstm)")
     parser.add_argument("--lengths", type=int, nargs="+", help="sequence lengths")
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS),
+                        help="methods to run (default: all; on a device, those that run there)")
     parser.add_argument("--hidden", type=int, default=128, help="hidden size H (default 128)")
     parser.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
     parser.add_argument("--slots", type=int, default=10,
@@ -63,10 +64,18 @@ def main(argv: list[str] | None = None) -> int:
                              "is small)")
     parser.add_argument("--repeats", type=int, help="passes per process; the minimum is reported")
     parser.add_argument("--kernels", choices=["numba", "numpy"], default="numba")
+    parser.add_argument("--device", choices=["cpu", "cuda", "standin"], default="cpu",
+                        help="where the model runs: the host, the CUDA device through CuPy "
+                             "(Level-1 in device memory, Level-2 pinned), or asyncckpt's CPU "
+                             "stand-in for a device (default cpu)")
     parser.add_argument("--disk-dir", type=Path, default=None,
                         help="directory on disk for async-disk (default: a temporary one under "
                              "--out)")
     args = parser.parse_args(argv)
+    if args.methods is None:
+        args.methods = list(METHODS) if args.device == "cpu" else list(ON_DEVICE)
+    elif args.device != "cpu" and set(args.methods) - set(ON_DEVICE):
+        parser.error(f"on --device {args.device} the methods are {', '.join(ON_DEVICE)}")
     preset = QUICK if args.quick else FULL
     args.lengths = sorted(set(args.lengths or preset["lengths"]))
     args.repeats = args.repeats or preset["repeats"]

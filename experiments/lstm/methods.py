@@ -9,7 +9,7 @@ from typing import Any
 from .model import (LSTM, ForwardOperator, ReverseOperator, StepCheckpoint, StepForwardOperator,
                     StepReverseOperator)
 
-__all__ = ["METHODS", "run_method", "describe", "parse_interval"]
+__all__ = ["METHODS", "ON_DEVICE", "run_method", "describe", "parse_interval"]
 
 #: the host memory budget of ``async-budget``, whatever n
 BUDGET = "4MiB"
@@ -98,7 +98,7 @@ def _asyncckpt(storage: Callable[[str], Any], taping: bool = True,
             # in DRAM, what Level-2 occupies inside the process, its allocations included
             held = getattr(ckp.storage, "nbytes_held", stats.l2_peak_states * operators[0].nbytes)
         return {"interval": stats.interval, "l2_writes": stats.l2_writes,
-                "level2_bytes": held,
+                "level2_bytes": held, "device_bytes": stats.device_bytes,
                 "write_stall_s": stats.write_stall_s, "read_stall_s": stats.read_stall_s,
                 "l1_bytes": stats.l1_bytes}
     return run
@@ -116,6 +116,10 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+#: methods that run with the model on a device (pyrevolve copies states with numpy)
+ON_DEVICE = tuple(m for m in METHODS if m not in ("store-all", "revolve"))
+
+
 def run_method(method: str, model: LSTM, *, slots: int = 10, interval: int | str = 1,
                level2_dir: str | None = None) -> dict[str, Any]:
     """Run one forward+backward pass of ``model`` by ``method``; return what the method reports.
@@ -123,5 +127,8 @@ def run_method(method: str, model: LSTM, *, slots: int = 10, interval: int | str
     ``level2_dir`` is the disk directory for ``async-disk`` (default: the current directory).
     """
     describe(method)
+    if model.device != "cpu" and method not in ON_DEVICE:
+        raise ValueError(f"{method} runs on the host only (pyrevolve copies states with "
+                         f"numpy); on a device use one of {', '.join(ON_DEVICE)}")
     return RUNNERS[method](model, slots=slots, interval=interval,
                            level2_dir=level2_dir or os.getcwd())

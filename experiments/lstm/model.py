@@ -5,6 +5,10 @@ step's activations as scratch, so a reverse step must directly follow its taping
 taping-free protocol (:class:`StepCheckpoint` and its operators) checkpoints that scratch instead:
 u_t holds what the reverse of step t reads, so no taping step is needed. Inputs and targets are
 read by index from the corpus, so nothing grows with the sequence length but what a method stores.
+
+On a device (``device="cuda"``: CuPy; ``"standin"``: asyncckpt's CPU stand-in) every array lives
+in device memory and the model runs its numpy kernels through the device's array module; the
+loss is kept on the device so that a step never waits for it.
 """
 from __future__ import annotations
 
@@ -31,13 +35,19 @@ class LSTM:
     batch : int
         Sequences per batch B, starting at evenly spread corpus offsets.
     kernels : {"numba", "numpy"}
-        Elementwise kernels.
+        Elementwise kernels ("numpy" on a device).
     seed : int
         Parameter initialisation.
+    device : {"cpu", "cuda", "standin"}
+        Where the arrays live: host memory, the current CUDA device (CuPy), or asyncckpt's CPU
+        stand-in for a device.
     """
 
     def __init__(self, corpus: Corpus, n_steps: int, *, hidden: int = 128, batch: int = 16,
-                 kernels: str = "numba", seed: int = 0) -> None:
+                 kernels: str = "numba", seed: int = 0, device: str = "cpu") -> None:
+        if device != "cpu":
+            kernels = "numpy"  # numba compiles for host arrays only
+        self.kernels = kernels
         rng = np.random.default_rng(seed)
         vocab = corpus.vocab_size
         self.corpus = corpus.codes
@@ -77,8 +87,41 @@ class LSTM:
         self.dlogits = np.zeros((batch, vocab))
         # bookkeeping: steps computed (for the recompute factor) and the loss of the forward sweep
         self.steps_computed = 0
-        self.loss = 0.0
+        self._loss = np.zeros(())
         self._loss_steps = 0
+        self.rows = np.arange(batch)
+        self.corpus = np.asarray(self.corpus)
+        self.xp, self.device = np, device
+        self._onehot: np.ndarray | None = None
+        if device != "cpu":
+            self._to_device(device)
+
+    def _to_device(self, device: str) -> None:
+        """Move every array to ``device``; take the array module that runs there."""
+        if device == "cuda":
+            import cupy
+
+            self.xp, move = cupy, cupy.asarray
+            # a one-hot product instead of a scatter-add, whose atomics add in no fixed order
+            self._onehot = cupy.zeros((self.batch, self.vocab))
+        elif device == "standin":
+            from asyncckpt.devices import StandInDevice
+
+            self.standin = StandInDevice()
+            move = self.standin.array
+        else:
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'standin', got {device!r}")
+        for group in (self.params, self.grads, self.rms):
+            for name in group:
+                group[name] = move(group[name])
+        for name, value in list(vars(self).items()):
+            if isinstance(value, np.ndarray) and name != "_onehot":
+                setattr(self, name, move(value))
+
+    @property
+    def loss(self) -> float:
+        """The loss of the forward sweep (mean over the batch, summed over the steps)."""
+        return float(self._loss)
 
     # -- checkpoint descriptor (pyrevolve protocol) ---------------------------------------------
     @property
@@ -107,37 +150,36 @@ class LSTM:
         for grad in self.grads.values():
             grad.fill(0.0)
         self.steps_computed = 0
-        self.loss = 0.0
+        self._loss.fill(0.0)
         self._loss_steps = 0
         self.scratch_step = -1
 
     def step(self, t: int) -> None:
         """Forward step t: u_t -> u_{t+1}, keeping the step's activations as scratch."""
-        p = self.params
+        p, xp = self.params, self.xp
         vocab = self.vocab
         self._read_corpus(t)
         self.h_prev[...] = self.h
         self.c_prev[...] = self.c
-        np.matmul(self.h, p["W"][vocab:], out=self.z)
+        xp.matmul(self.h, p["W"][vocab:], out=self.z)
         self.z += p["W"][self.inputs]  # the one-hot input times W is a row lookup
         self.z += p["b"]
         self._forward_kernel(self.z, self.c, self.act, self.tc, self.h)
-        np.matmul(self.h, p["Wy"], out=self.logits)
+        xp.matmul(self.h, p["Wy"], out=self.logits)
         self.logits += p["by"]
         self.logits -= self.logits.max(axis=1, keepdims=True)
-        np.exp(self.logits, out=self.probs)
+        xp.exp(self.logits, out=self.probs)
         self.probs /= self.probs.sum(axis=1, keepdims=True)
         self.scratch_step = t
         self.steps_computed += 1
         if t == self._loss_steps:  # count each step's loss once, in the first sweep that reaches it
-            rows = np.arange(self.batch)
-            self.loss -= float(np.log(self.probs[rows, self.targets]).sum()) / self.batch
+            self._loss -= xp.log(self.probs[self.rows, self.targets]).sum() / self.batch
             self._loss_steps += 1
 
     def _read_corpus(self, t: int) -> None:
         position = self.starts + t
-        np.take(self.corpus, position % len(self.corpus), out=self.inputs)
-        np.take(self.corpus, (position + 1) % len(self.corpus), out=self.targets)
+        self.xp.take(self.corpus, position % len(self.corpus), out=self.inputs)
+        self.xp.take(self.corpus, (position + 1) % len(self.corpus), out=self.targets)
 
     def adjoint(self, t: int) -> None:
         """Reverse step t: accumulate the gradients of step t, move the adjoint to u_t."""
@@ -148,16 +190,21 @@ class LSTM:
         vocab = self.vocab
         d = self.dlogits
         d[...] = self.probs
-        d[np.arange(self.batch), self.targets] -= 1.0
+        d[self.rows, self.targets] -= 1.0
         d /= self.batch
         g["Wy"] += self.h.T @ d
         g["by"] += d.sum(axis=0)
         self.dh += d @ p["Wy"].T
         self._backward_kernel(self.dh, self.dc, self.act, self.tc, self.c_prev, self.dz)
         g["W"][vocab:] += self.h_prev.T @ self.dz
-        np.add.at(g["W"], self.inputs, self.dz)
+        if self._onehot is None:
+            np.add.at(g["W"], self.inputs, self.dz)
+        else:
+            self._onehot.fill(0.0)
+            self._onehot[self.rows, self.inputs] = 1.0
+            g["W"][:vocab] += self._onehot.T @ self.dz
         g["b"] += self.dz.sum(axis=0)
-        np.matmul(self.dz, p["W"][vocab:].T, out=self.dh)
+        self.xp.matmul(self.dz, p["W"][vocab:].T, out=self.dh)
         self.scratch_step = -1
 
     def adjoint_from_scratch(self, t: int) -> None:
@@ -169,7 +216,8 @@ class LSTM:
 
     def gradient_vector(self) -> np.ndarray:
         """All gradients, concatenated (for bitwise comparison and finite differences)."""
-        return np.concatenate([g.ravel() for g in self.grads.values()])
+        joined = self.xp.concatenate([g.ravel() for g in self.grads.values()])
+        return joined.get() if hasattr(joined, "get") else np.asarray(joined).view(np.ndarray)
 
     def rmsprop(self, learning_rate: float = 1e-2, decay: float = 0.9, eps: float = 1e-8) -> None:
         """One RMSProp update of the parameters from the accumulated gradients."""
@@ -177,7 +225,7 @@ class LSTM:
             grad, rms = self.grads[name], self.rms[name]
             rms *= decay
             rms += (1.0 - decay) * grad * grad
-            param -= learning_rate * grad / (np.sqrt(rms) + eps)
+            param -= learning_rate * grad / (self.xp.sqrt(rms) + eps)
 
     # -- scratch save/restore for standard backpropagation --------------------------------------
     #: the float arrays that a reverse step reads, as the forward step of the same t leaves them

@@ -76,6 +76,15 @@ def goals(results: list[dict[str, Any]]) -> str:
             lines.extend(f"  {m:12s} {(b / a if baseline_on_top else a / b):6.3f}"
                          for m, a, b in pairs)
 
+    on_device = [m for m in by if by[m].get(hi, {}).get("device", "cpu") != "cpu"]
+    if on_device:
+        lines.append(f"device memory at its peak, n = {hi} / n = {lo} (asyncckpt: flat in n; "
+                     "backprop keeps every step's activations there):")
+        for m in on_device:
+            if lo in by[m] and by[m][lo].get("device_peak_bytes"):
+                ratio = by[m][hi]["device_peak_bytes"] / by[m][lo]["device_peak_bytes"]
+                lines.append(f"  {m:12s} {ratio:6.3f}  ({by[m][hi]['device_peak_bytes'] / MiB:.1f}"
+                             " MiB)")
     time_ratios("asyncckpt / store-all under the same protocol (goal <= 1.05)", "store-all",
                 methods=ASYNC[:3])
     time_ratios("asyncckpt / standard backpropagation (with taping, each reverse step re-runs "

@@ -69,6 +69,18 @@ class OutsideMemory:
         self._thread.join()
 
 
+def device_peak_bytes(model: LSTM) -> int:
+    """Device memory at its peak: what CuPy's memory pool holds (it keeps what it once
+    allocated), or the stand-in's peak of runtime buffers; 0 on the host."""
+    if model.device == "cuda":
+        import cupy
+
+        return int(cupy.get_default_memory_pool().total_bytes())
+    if model.device == "standin":
+        return model.standin.peak_bytes
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", required=True, choices=sorted(METHODS))
@@ -80,15 +92,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kernels", choices=KERNELS, default="numba")
     parser.add_argument("--level2-dir", default=None)
+    parser.add_argument("--device", choices=["cpu", "cuda", "standin"], default="cpu")
     args = parser.parse_args(argv)
 
     corpus = load_corpus()
     # compile the kernels and import the method's modules before measuring anything
-    warm = LSTM(corpus, 4, hidden=args.hidden, batch=args.batch, kernels=args.kernels)
+    warm = LSTM(corpus, 4, hidden=args.hidden, batch=args.batch, kernels=args.kernels,
+                device=args.device)
     run_method(args.method, warm, slots=min(args.slots, 3), interval=1, level2_dir=args.level2_dir)
     del warm
 
-    model = LSTM(corpus, args.n, hidden=args.hidden, batch=args.batch, kernels=args.kernels)
+    model = LSTM(corpus, args.n, hidden=args.hidden, batch=args.batch, kernels=args.kernels,
+                 device=args.device)
     times, extra = [], {}
     with OutsideMemory() as outside:
         for _ in range(args.repeats):
@@ -113,7 +128,9 @@ def main(argv: list[str] | None = None) -> None:
         "hidden": args.hidden,
         "batch": args.batch,
         "slots": args.slots,
-        "kernels": args.kernels,
+        "kernels": model.kernels,
+        "device": args.device,
+        "device_peak_bytes": device_peak_bytes(model),
         **extra,
     }
     print(json.dumps(result))
