@@ -43,7 +43,12 @@ class AsyncCheckpointer:
     Parameters
     ----------
     checkpoint : Checkpoint or duck-typed descriptor
-        ``size``, ``dtype``, ``get_data(t)``, ``get_data_location(t)``.
+        ``size``, ``dtype``, ``get_data(t)``, ``get_data_location(t)``. The arrays may be numpy
+        arrays (Level-1 in host memory) or arrays on a device: CuPy arrays, torch CUDA tensors
+        (through DLPack) or the stand-in's (:mod:`asyncckpt.devices`). On a device, Level-1
+        slots, staging and prefetch buffers live in device memory, Level-2 is page-locked host
+        memory by default, and every copy is queued on a stream, ordered by events after the
+        step that made the state (docs/gpu.md).
     fwd_operator, rev_operator : objects with ``apply(*, t_start, t_end)``
         The forward step(s) and the adjoint of one step, as in pyrevolve.
     n_timesteps : int or None
@@ -71,6 +76,14 @@ class AsyncCheckpointer:
         Level-2: None for host DRAM, a path for a :class:`~asyncckpt.storage.FileStorage` in a
         private directory under it (a ramdisk or an SSD), or any Storage instance (not closed by
         the checkpointer).
+    memory_budget : int or str, optional
+        The memory the checkpointer may hold ("8GiB"); ``l1_slots`` may then be left out and is
+        chosen with the interval. On the host it counts Level-1 and the DRAM tier of Level-2
+        together (the rest spills to a file under the temporary directory); on a device it
+        counts device memory: Level-1 slots and the staging and prefetch buffers.
+    host_memory_budget : int or str, optional
+        States on a device only: the page-locked host memory Level-2 may hold, its staging and
+        prefetch buffers included; the rest spills to a file tier. Default: unbounded.
     staging_buffers : int
         Level-2 writes that may be in flight before the forward sweep waits (default 2).
     io_threads : int
@@ -133,6 +146,7 @@ class AsyncCheckpointer:
         interval: int | str = "auto",
         storage: Storage | str | os.PathLike[str] | list[Any] | None = None,
         memory_budget: int | str | None = None,
+        host_memory_budget: int | str | None = None,
         staging_buffers: int = 2,
         io_threads: int = 1,
         transfers: str = "auto",
@@ -150,7 +164,7 @@ class AsyncCheckpointer:
         self.n_timesteps = (None if n_timesteps is None
                             else check_int("n_timesteps", n_timesteps, 1))
         if l1_slots is None and memory_budget is None:
-            raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (host bytes), "
+            raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (bytes), "
                                     "or both; got neither")
         fixed_slots = None if l1_slots is None else check_int("l1_slots", l1_slots, 1)
         self.memory_budget = (None if memory_budget is None
@@ -199,7 +213,24 @@ class AsyncCheckpointer:
         self._slots_fixed = fixed_slots is not None
         self.l1_slots, self.in_level1 = self._split(fixed_slots, interval)
         on_host = self.device is None  # a device's budget counts device memory, not DRAM
-        if self._budget is not None and not self.in_level1 and storage is None and on_host:
+        # Level-2 DRAM states the budget allows, beside the slots on the host (None: unbounded)
+        self._host_states: int | None = None
+        if host_memory_budget is not None:
+            if on_host:
+                raise InvalidValueError(
+                    "host_memory_budget is for states on a device; u_0 is in host memory, "
+                    "where memory_budget counts Level-1 and Level-2 DRAM together")
+            host = parse_bytes("host_memory_budget", host_memory_budget)
+            if self._group is not None:
+                host = self._group.min(host)
+            self._host_states = host // padded(self.nbytes) - engine_buffers
+            if self._host_states < 0:
+                raise MemoryBudgetError(
+                    f"host_memory_budget={host} bytes cannot hold the {engine_buffers} pinned "
+                    f"staging and prefetch buffers of {padded(self.nbytes)} bytes")
+        bounded = (self._budget is not None if on_host else self._host_states is not None) \
+            and not self.in_level1
+        if bounded and storage is None:
             storage = ["dram", tempfile.gettempdir()]  # DRAM up to the budget, then spill
             if self._group is not None:
                 storage = per_rank(storage, self._group.rank)
@@ -210,7 +241,7 @@ class AsyncCheckpointer:
                 self._group.fail(failure)  # the others must not wait for this rank
             raise
         self._dram: int | None = None
-        if self._budget is not None and not self.in_level1 and on_host:
+        if bounded:
             if isinstance(self.storage, HostMemoryStorage):  # bounded by the budget
                 self.storage = TieredStorage([self.storage], owned=[self._owns_storage])
                 self._owns_storage = True
@@ -331,22 +362,30 @@ class AsyncCheckpointer:
         """Run with ``l1_slots`` Level-1 slots; the DRAM tier of Level-2 gets what the budget
         leaves beside them."""
         self.l1_slots = l1_slots
-        if self._budget is not None and self._dram is not None:
+        if self._dram is not None:
             assert isinstance(self.storage, TieredStorage)
             # bytes, not states: states smaller than the largest are counted at their size
-            self.storage.set_byte_limit(
-                self._dram, self._budget.dram_states(l1_slots) * padded(self.nbytes))
+            self.storage.set_byte_limit(self._dram,
+                                        self._dram_states(l1_slots) * padded(self.nbytes))
         buffers = 0 if self.in_level1 else self._engine_buffers
         used = l1_slots if self.n_timesteps is None else min(l1_slots, self.n_timesteps)
         self.l1_bytes = (used + buffers) * padded(self.nbytes)
+
+    def _dram_states(self, l1_slots: int) -> int:
+        """States the budgeted DRAM tier of Level-2 holds beside ``l1_slots`` slots: on the host
+        what memory_budget leaves, on a device what host_memory_budget leaves."""
+        if self._host_states is not None:
+            return self._host_states
+        assert self._budget is not None
+        return self._budget.dram_states(l1_slots)
 
     def _capacities(self, l1_slots: int) -> list[int | None] | None:
         """Each Level-2 tier's capacity with ``l1_slots`` slots (None: one untiered Level-2)."""
         if not isinstance(self.storage, TieredStorage):
             return None
         capacities = list(self.storage.capacities)
-        if self._budget is not None and self._dram is not None:
-            capacities[self._dram] = self._budget.dram_states(l1_slots)
+        if self._dram is not None:
+            capacities[self._dram] = self._dram_states(l1_slots)
         return capacities
 
     def _cost_key(self, fwd: object, rev: object, transfers: str) -> tuple[object, ...]:

@@ -228,6 +228,21 @@ def test_memory_budget_counts_device_memory(device):
     assert ckp.stats.interval >= 1  # 200 states do not fit: Level-2 is used
 
 
+def test_host_memory_budget_bounds_pinned_level2(device, tmp_path):
+    """Level-2 in pinned memory up to host_memory_budget, the rest in a file tier."""
+    model = DeviceLeapfrog(device, 120, points=2048)
+    state = padded(model.size * model.dtype.itemsize)
+    grads, ckp = run_device(model, l1_slots=2, interval=4, host_memory_budget=9 * state,
+                            keep_trace=False)
+    assert_bitwise(grads, reference(model))
+    tiers = ckp.stats.l2_tiers
+    assert [t["writes"] for t in tiers] == [9 - 4, 30 - 5]  # 4 pinned engine buffers
+    with pytest.raises(InvalidValueError, match="host_memory_budget is for states on a device"):
+        host = Leapfrog(10)
+        AsyncCheckpointer(host, Forward(host), Reverse(host), 10, l1_slots=2,
+                          host_memory_budget="1MiB")
+
+
 # -- errors --------------------------------------------------------------------------------------
 
 
