@@ -52,8 +52,9 @@ class ArrayCheckpoint(Checkpoint):
 
     Parameters
     ----------
-    arrays : sequence of numpy.ndarray
-        The live arrays, of one dtype. They are the same for every step; for states whose arrays
+    arrays : sequence of arrays
+        The live arrays, of one dtype: numpy arrays, or arrays on one device (CuPy arrays,
+        torch CUDA tensors, the stand-in's). They are the same for every step; for states whose arrays
         depend on t (a circular buffer of time levels), subclass :class:`Checkpoint` instead.
     """
 
@@ -61,15 +62,19 @@ class ArrayCheckpoint(Checkpoint):
         arrays = list(arrays)
         if not arrays:
             raise InvalidValueError("ArrayCheckpoint needs at least one array, got an empty sequence")
+        from .devices import device_of
+
         for i, array in enumerate(arrays):
-            if not isinstance(array, np.ndarray):
-                raise InvalidTypeError(f"arrays[{i}] must be a numpy.ndarray, got {type(array).__name__}")
-        dtypes = {a.dtype for a in arrays}
+            if not isinstance(array, np.ndarray) and device_of([array]) is None:
+                raise InvalidTypeError(f"arrays[{i}] must be a numpy.ndarray or a device array, "
+                                       f"got {type(array).__name__}")
+        dtypes = {as_dtype(a.dtype) for a in arrays}
         if len(dtypes) != 1:
             raise InvalidTypeError(f"ArrayCheckpoint arrays must share one dtype, got {sorted(map(str, dtypes))}")
         self._arrays = arrays
-        self._dtype = arrays[0].dtype
-        self._size = sum(a.size for a in arrays)
+        self._dtype = as_dtype(arrays[0].dtype)
+        self._size = sum(int(a.numel()) if callable(getattr(a, "numel", None)) else a.size
+                         for a in arrays)
 
     @property
     def size(self) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from asyncckpt import (
+    ArrayCheckpoint,
     AsyncCheckpointer,
     FileStorage,
     InvalidTypeError,
@@ -305,6 +306,15 @@ def test_arrays_must_all_be_on_the_device(device):
     with pytest.raises(InvalidValueError, match="transfers='inline'"):
         AsyncCheckpointer(model, Forward(model), Reverse(model), 10, l1_slots=2, interval=2,
                           transfers="inline")
+
+
+def test_array_checkpoint_of_device_arrays(device):
+    model = DeviceLeapfrog(device, 30)
+    state = ArrayCheckpoint([model.levels])  # all three levels: a superset of u_t
+    with AsyncCheckpointer(state, Forward(model), Reverse(model), 30, l1_slots=2,
+                           interval=4) as ckp:
+        assert_bitwise(forward_reverse(model, ckp), reference(model))
+        assert ckp.device is device
 
 
 def test_device_of_recognises_each_kind(device):
