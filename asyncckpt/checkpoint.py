@@ -73,8 +73,7 @@ class ArrayCheckpoint(Checkpoint):
             raise InvalidTypeError(f"ArrayCheckpoint arrays must share one dtype, got {sorted(map(str, dtypes))}")
         self._arrays = arrays
         self._dtype = as_dtype(arrays[0].dtype)
-        self._size = sum(int(a.numel()) if callable(getattr(a, "numel", None)) else a.size
-                         for a in arrays)
+        self._size = sum(_elements(a) for a in arrays)
 
     @property
     def size(self) -> int:
@@ -93,6 +92,12 @@ class ArrayCheckpoint(Checkpoint):
     def __repr__(self) -> str:
         shapes = ", ".join(str(a.shape) for a in self._arrays)
         return f"ArrayCheckpoint([{shapes}], dtype={self._dtype})"
+
+
+def _elements(array: Any) -> int:
+    """Elements of an array (torch's ``size`` is a method: its count is ``numel()``)."""
+    numel = getattr(array, "numel", None)
+    return int(numel()) if callable(numel) else int(array.size)
 
 
 def check_descriptor(checkpoint: object) -> int:
