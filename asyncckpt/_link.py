@@ -31,7 +31,7 @@ from ._tuning import CallFit
 from .devices import Device, Event, Stream
 from .stats import Stats
 
-__all__ = ["HostLink", "DeviceLink", "Link"]
+__all__ = ["HostLink", "DeviceLink"]
 
 
 class _HostTimer:
@@ -182,8 +182,6 @@ class HostLink:
     def close(self) -> None:
         """Nothing runs beside the caller."""
 
-
-Link = HostLink
 
 
 class DeviceLink(HostLink):
