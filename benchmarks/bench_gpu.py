@@ -25,10 +25,15 @@ import sys
 import time
 from typing import Any
 
+from pathlib import Path
+
 import numpy as np
 
-from asyncckpt import AsyncCheckpointer
-from asyncckpt._link import DeviceLink
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Fwd, Rev  # noqa: E402
+
+from asyncckpt import AsyncCheckpointer  # noqa: E402
+from asyncckpt._link import DeviceLink  # noqa: E402
 
 
 class Stencil:
@@ -69,23 +74,6 @@ class Stencil:
     def reverse_step(self) -> None:
         self.grad += (self.lam * self.lap(self.u)).sum()
         self.lam += self.c * self.lap(self.lam)
-
-
-class Fwd:
-    def __init__(self, w: Stencil) -> None:
-        self.w = w
-
-    def apply(self, *, t_start: int, t_end: int) -> None:
-        for _ in range(t_start, t_end):
-            self.w.step()
-
-
-class Rev:
-    def __init__(self, w: Stencil) -> None:
-        self.w = w
-
-    def apply(self, *, t_start: int, t_end: int) -> None:
-        self.w.reverse_step()
 
 
 def setup(device: str) -> tuple[Any, Any, Any]:
