@@ -8,7 +8,10 @@ buffers live in device memory and the host buffers are page-locked:
 - a store queues a device-to-device copy of the live state into a device staging buffer on the
   compute stream (the stream the step that produced it ran on), records an event, and queues the
   device-to-host copy on a write stream of its own behind that event; the caller never waits.
-  The I/O thread waits on the copy's event, then hands the host buffer to Level-2.
+  The I/O thread waits on the copy's event, then hands the host buffer to Level-2. The
+  checksum that guards the state on Level-2 is computed on the device, on the write stream
+  (:func:`~asyncckpt.devices.base.word_digest`), and again after each read: a host checksum of
+  64 MiB states ran at 7 GB/s on an H100's host, a seventh of the link, and bounded the writes.
 - a prefetch reads Level-2 into a page-locked buffer on the I/O thread, then copies it to its
   device twin on a read stream, behind the event of the last copy out of that twin. A load
   queues the copy from the twin into the live state on the compute stream.
@@ -24,11 +27,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from ._buffers import copy_in, copy_out, padded
 from ._pool import POOL
 from ._tuning import CallFit
 from .devices import Device, Event, Stream
+from .devices.base import word_digest
 from .stats import Stats
 
 __all__ = ["HostLink", "DeviceLink"]
@@ -127,20 +132,29 @@ class HostLink:
         """Copy a Level-1 ``slot`` into the live ``arrays``."""
         copy_in(slot, arrays)
 
-    def send(self, arrays: Sequence[Any], host: np.ndarray, nbytes: int) -> Any:
-        """Start moving the live ``arrays`` (``nbytes``) into the staging buffer ``host``;
-        return what :meth:`sent` waits on."""
+    @staticmethod
+    def checksum(view: np.ndarray) -> int:
+        """The checksum of a state in a host buffer, as this link's digests compute it."""
+        # xxh3 runs at ~27 GB/s here, beside 12 GB/s for the copy it guards
+        return xxhash.xxh3_64_intdigest(view.data)
+
+    def send(self, arrays: Sequence[Any], host: np.ndarray, nbytes: int, digest: bool) -> Any:
+        """Start moving the live ``arrays`` (``nbytes``) into the staging buffer ``host``, with
+        their checksum where the link computes it (``digest``); return what :meth:`sent` waits
+        on."""
         copy_out(arrays, host)
         return None
 
-    def sent(self, ticket: Any) -> float:
-        """On the I/O thread: wait until ``host`` holds the state; return the link's seconds."""
-        return 0.0
+    def sent(self, ticket: Any) -> tuple[float, int | None]:
+        """On the I/O thread: wait until ``host`` holds the state; return the link's seconds
+        and the checksum it computed (None: the caller computes :meth:`checksum` of ``host``)."""
+        return 0.0, None
 
-    def receive(self, host: np.ndarray, nbytes: int) -> float:
+    def receive(self, host: np.ndarray, nbytes: int, digest: bool) -> tuple[float, int | None]:
         """On the I/O thread, after a Level-2 read into the prefetch buffer ``host``: make it
-        ready for :meth:`deliver`; return the link's seconds."""
-        return 0.0
+        ready for :meth:`deliver`; return the link's seconds and, with ``digest``, the checksum
+        of the state where it arrived (None: the caller checks ``host``)."""
+        return 0.0, None
 
     def deliver(self, host: np.ndarray, arrays: Sequence[Any]) -> None:
         """Copy a received prefetch buffer into the live ``arrays``."""
@@ -198,8 +212,10 @@ class DeviceLink(HostLink):
         self._write_stream = device.new_stream()
         self._read_stream = device.new_stream()
         self._lock = threading.Lock()
-        self._staging: list[Any] = []  # free device staging buffers
-        self._twins: dict[int, Any] = {}  # id(prefetch host buffer) -> its device twin
+        # free device staging buffers, each with a page-locked word for its digest
+        self._staging: list[tuple[Any, np.ndarray]] = []
+        # id(prefetch host buffer) -> its device twin and digest word
+        self._twins: dict[int, tuple[Any, np.ndarray]] = {}
         self._consumed: dict[int, Event] = {}  # id(prefetch host buffer) -> last copy out
         self._device_bytes = 0
 
@@ -223,15 +239,20 @@ class DeviceLink(HostLink):
         with self._lock:
             self._device_bytes -= freed
 
+    def _word(self) -> np.ndarray:
+        return self._device.pinned(8).view(np.uint64)
+
+    checksum = staticmethod(word_digest)
+
     def staging_buffer(self, nbytes: int) -> np.ndarray:
-        staging = self._empty(nbytes)
+        staging = (self._empty(nbytes), self._word())
         with self._lock:
             self._staging.append(staging)
         return self._device.pinned(padded(nbytes))
 
     def prefetch_buffer(self, nbytes: int) -> np.ndarray:
         host = self._device.pinned(padded(nbytes))
-        self._twins[id(host)] = self._empty(nbytes)
+        self._twins[id(host)] = (self._empty(nbytes), self._word())
         return host
 
     def copy_out(self, arrays: Sequence[Any], slot: Any) -> None:
@@ -240,46 +261,53 @@ class DeviceLink(HostLink):
     def copy_in(self, slot: Any, arrays: Sequence[Any]) -> None:
         self._device.scatter(slot, arrays, self._device.current_stream())
 
-    def send(self, arrays: Sequence[Any], host: np.ndarray, nbytes: int) -> Any:
+    def send(self, arrays: Sequence[Any], host: np.ndarray, nbytes: int, digest: bool) -> Any:
         compute = self._device.current_stream()
         with self._lock:
             staging = self._staging.pop()  # as many as host staging buffers: one is free
-        self._device.gather(arrays, staging, compute)
+        buffer, word = staging
+        self._device.gather(arrays, buffer, compute)
         produced = compute.record()
         stream = self._write_stream
         stream.wait_event(produced)
         start = stream.record()
-        self._device.to_host(staging, host, nbytes, stream)
-        return staging, start, stream.record()
+        self._device.to_host(buffer, host, nbytes, stream)
+        if digest:
+            self._device.digest(buffer, nbytes, word, stream)
+        return staging, digest, start, stream.record()
 
-    def sent(self, ticket: Any) -> float:
-        staging, start, done = ticket
+    def sent(self, ticket: Any) -> tuple[float, int | None]:
+        staging, digest, start, done = ticket
         try:
             done.synchronize()
+            value = int(staging[1][0]) if digest else None
         finally:
             with self._lock:
                 self._staging.append(staging)
-        return self._device.elapsed(start, done)
+        return self._device.elapsed(start, done), value
 
-    def receive(self, host: np.ndarray, nbytes: int) -> float:
+    def receive(self, host: np.ndarray, nbytes: int, digest: bool) -> tuple[float, int | None]:
         stream = self._read_stream
         consumed = self._consumed.pop(id(host), None)
         if consumed is not None:  # the compute stream may still be copying out of the twin
             stream.wait_event(consumed)
+        twin, word = self._twins[id(host)]
         start = stream.record()
-        self._device.to_device(host, self._twins[id(host)], nbytes, stream)
+        self._device.to_device(host, twin, nbytes, stream)
+        if digest:
+            self._device.digest(twin, nbytes, word, stream)
         done = stream.record()
         done.synchronize()
-        return self._device.elapsed(start, done)
+        return self._device.elapsed(start, done), int(word[0]) if digest else None
 
     def deliver(self, host: np.ndarray, arrays: Sequence[Any]) -> None:
         compute = self._device.current_stream()
-        self._device.scatter(self._twins[id(host)], arrays, compute)
+        self._device.scatter(self._twins[id(host)][0], arrays, compute)
         self._consumed[id(host)] = compute.record()
 
     def keep(self, arrays: Sequence[Any], host: np.ndarray) -> None:
         compute = self._device.current_stream()
-        self._device.gather(arrays, self._twins[id(host)], compute)
+        self._device.gather(arrays, self._twins[id(host)][0], compute)
         self._consumed[id(host)] = compute.record()
 
     def timer(self, stats: Stats, fit: CallFit) -> _HostTimer:
@@ -317,6 +345,6 @@ class DeviceLink(HostLink):
         self._read_stream.close()
         with self._lock:
             held = self._staging + list(self._twins.values())
-            self._device_bytes -= sum(b.nbytes for b in held)
+            self._device_bytes -= sum(buffer.nbytes for buffer, _ in held)
             self._staging, self._twins = [], {}
             self._consumed.clear()

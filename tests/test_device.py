@@ -26,6 +26,7 @@ from asyncckpt import (
 from asyncckpt._buffers import padded
 from asyncckpt.compat import Revolver
 from asyncckpt.devices import StandInDevice, device_of
+from asyncckpt.devices.base import word_digest
 from asyncckpt.devices.standin import StandInStream, StandInStreamError
 from asyncckpt.storage import PinnedMemoryStorage
 from asyncckpt.testing import StorageTests
@@ -242,6 +243,75 @@ def test_host_memory_budget_bounds_pinned_level2(device, tmp_path):
         host = Leapfrog(10)
         AsyncCheckpointer(host, Forward(host), Reverse(host), 10, l1_slots=2,
                           host_memory_budget="1MiB")
+
+
+# -- checksums computed on the device ------------------------------------------------------------
+
+
+def plain_digest(data: bytes) -> int:
+    """word_digest written out word by word, from its definition."""
+    def mix(z: int) -> int:
+        mask = 2**64 - 1
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    data = data + bytes(-len(data) % 4)
+    words = [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+    return sum(mix((i << 32) ^ w) for i, w in enumerate(words)) % 2**64
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 3, 4, 7, 4096, 10_001])
+def test_word_digest_follows_its_definition(device, nbytes):
+    data = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    assert word_digest(data) == plain_digest(data.tobytes())
+    buffer = device.empty(nbytes + 64)
+    buffer[:nbytes] = data
+    buffer[nbytes:] = 255  # bytes past the state are not part of it
+    out = device.pinned(8).view(np.uint64)
+    stream = device.new_stream()
+    device.digest(buffer, nbytes, out, stream)
+    stream.synchronize()
+    assert int(out[0]) == word_digest(data)
+
+
+def test_word_digest_sees_flips_and_moves():
+    data = np.random.default_rng(0).integers(0, 256, 1 << 16, dtype=np.uint8)
+    base = word_digest(data)
+    flipped = data.copy()
+    flipped[12345] ^= 0x10
+    moved = data.copy().view(np.uint32)
+    moved[[7, 900]] = moved[[900, 7]]
+    zeroed = data.copy()
+    zeroed[4096:8192] = 0
+    assert len({base, word_digest(flipped), word_digest(moved.view(np.uint8)),
+                word_digest(zeroed)}) == 4
+    big = np.random.default_rng(1).integers(0, 256, 3 << 20, dtype=np.uint8)  # several chunks
+    assert word_digest(big) == word_digest(big.copy())
+
+
+def test_device_states_are_checked_on_the_device(device, monkeypatch):
+    """No host checksum on the device path: the write stream digests each staging buffer and
+    the read stream each arrival; a byte changed on Level-2 is caught on the caller."""
+    import xxhash
+
+    def no_host_checksum(*args):
+        raise AssertionError("a device state was checksummed on the host")
+
+    monkeypatch.setattr(xxhash, "xxh3_64_intdigest", no_host_checksum)
+    model = DeviceLeapfrog(device, 40)
+    grads, ckp = run_device(model, l1_slots=2, interval=4, keep_trace=False)
+    assert_bitwise(grads, reference(model))
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), 40, l1_slots=2,
+                           interval=4) as ckp:
+        model.reset()
+        ckp.apply_forward()
+        stored = ckp.storage._stored
+        stored[sorted(stored)[len(stored) // 2]][100] ^= 1
+        model.reset_adjoint()
+        with pytest.raises(TransferError) as caught:
+            ckp.apply_reverse()
+        assert "checksum mismatch" in str(caught.value) + str(caught.value.__cause__)
 
 
 # -- errors --------------------------------------------------------------------------------------

@@ -13,7 +13,39 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Device", "Event", "Stream"]
+__all__ = ["Device", "Event", "Stream", "word_digest"]
+
+_DIGEST_CHUNK = 1 << 20  # words per step of the host version, bounding its temporaries
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, over uint64 arrays (wrapping)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def word_digest(view: np.ndarray) -> int:
+    """The checksum a :class:`Device` computes of a state in its memory, here on the host.
+
+    The bytes are read as little-endian 32-bit words ``w_i`` (the last one padded with zero
+    bytes); the digest is the sum, modulo 2**64, of ``mix((i << 32) ^ w_i)`` with splitmix64's
+    finaliser as ``mix``. A sum is independent of the order its terms are added in, so a device
+    computes it with atomic adds across thousands of threads and still gets this exact value,
+    while each term depends on both a word and its place: flipped bits, zeroed pages and moved
+    words all change it.
+    """
+    data = np.ascontiguousarray(view).view(np.uint8).reshape(-1)
+    tail = (-data.size) % 4
+    if tail:
+        data = np.concatenate([data, np.zeros(tail, np.uint8)])
+    words = data.view("<u4")
+    total = 0
+    for start in range(0, words.size, _DIGEST_CHUNK):
+        chunk = words[start:start + _DIGEST_CHUNK].astype(np.uint64)
+        index = np.arange(start, start + chunk.size, dtype=np.uint64)
+        total += int(_mix((index << np.uint64(32)) ^ chunk).sum(dtype=np.uint64))
+    return total % 2**64
 
 
 class Event(abc.ABC):
@@ -112,6 +144,13 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def to_device(self, host: np.ndarray, buffer: Any, nbytes: int, stream: Stream) -> None:
         """Copy the first ``nbytes`` of the host buffer into the device ``buffer``."""
+
+    @abc.abstractmethod
+    def digest(self, buffer: Any, nbytes: int, out: np.ndarray, stream: Stream) -> None:
+        """Queue the :func:`word_digest` of the first ``nbytes`` of the device ``buffer``,
+        computed on the device and copied into ``out`` (a page-locked ``uint64`` host array of
+        one element) when ``stream`` gets there: states are checked where they live, and the
+        host never reads them whole."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

@@ -17,6 +17,41 @@ from .base import Device, Event, Stream
 __all__ = ["CupyDevice", "is_cuda_array"]
 
 
+# base.word_digest on the device: each thread sums the mixed words of a grid-stride loop, warps
+# add their threads' sums by shuffles, and one atomic add per warp makes the total (modulo 2**64,
+# whatever the order, so the value is exact).
+_DIGEST_SOURCE = r"""
+__device__ unsigned long long mix(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+extern "C" __global__ void asyncckpt_digest(const unsigned char* data, unsigned long long nbytes,
+                                            unsigned long long* out) {
+    const unsigned int* words = (const unsigned int*)data;
+    unsigned long long whole = nbytes / 4, tail = nbytes % 4, sum = 0;
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         i < whole + (tail ? 1 : 0); i += stride) {
+        unsigned long long word = 0;
+        if (i < whole) {
+            word = words[i];
+        } else {
+            for (unsigned long long k = 0; k < tail; ++k)
+                word |= (unsigned long long)data[4 * whole + k] << (8 * k);
+        }
+        sum += mix((i << 32) ^ word);
+    }
+    for (int offset = 16; offset > 0; offset /= 2)
+        sum += __shfl_down_sync(0xffffffffu, sum, offset);
+    if ((threadIdx.x & 31) == 0)
+        atomicAdd(out, sum);
+}
+"""
+_DIGEST_THREADS = 256
+
+
 def is_cuda_array(array: Any) -> bool:
     """Whether ``array`` is a CuPy array or a torch CUDA tensor (importing neither)."""
     module = type(array).__module__
@@ -77,6 +112,9 @@ class CupyDevice(Device):
         self._torch = torch
         self.id = int(device_id)
         self.name = f"cuda:{self.id}"
+        self._external: dict[int, _CupyStream] = {}  # torch's streams, by CUDA stream
+        self._digest_kernel: Any = None  # compiled on the first digest
+        self._digest_blocks = 1
 
     @classmethod
     def of(cls, array: Any) -> "CupyDevice":
@@ -116,10 +154,23 @@ class CupyDevice(Device):
 
     def current_stream(self) -> Stream:
         if self._torch is not None:
-            pointer = self._torch.cuda.current_stream(self.id).cuda_stream
-            return _CupyStream(self._cupy.cuda.ExternalStream(pointer, self.id), self._cupy)
+            return self._torch_stream(self._torch.cuda.current_stream(self.id))
         with self._cuda():
             return _CupyStream(self._cupy.cuda.get_current_stream(), self._cupy)
+
+    def _torch_stream(self, stream: Any) -> Stream:
+        """torch's stream as a CuPy stream, made once per CUDA stream (the caller asks at every
+        store and load)."""
+        pointer = int(stream.cuda_stream)
+        known = self._external.get(pointer)
+        if known is None:
+            from_external = getattr(self._cupy.cuda.Stream, "from_external", None)
+            if from_external is not None and hasattr(stream, "__cuda_stream__"):
+                external = from_external(stream)  # CuPy >= 14
+            else:
+                external = self._cupy.cuda.ExternalStream(pointer, self.id)
+            known = self._external[pointer] = _CupyStream(external, self._cupy)
+        return known
 
     def new_stream(self) -> Stream:
         with self._cuda():
@@ -161,3 +212,21 @@ class CupyDevice(Device):
     def to_device(self, host: np.ndarray, buffer: Any, nbytes: int, stream: Stream) -> None:
         self._memcpy(buffer.data.ptr, host.ctypes.data, nbytes,
                      self._cupy.cuda.runtime.memcpyHostToDevice, stream)
+
+    def digest(self, buffer: Any, nbytes: int, out: np.ndarray, stream: Stream) -> None:
+        assert isinstance(stream, _CupyStream)
+        cupy = self._cupy
+        with self._cuda():
+            if self._digest_kernel is None:
+                self._digest_kernel = cupy.RawKernel(_DIGEST_SOURCE, "asyncckpt_digest")
+                self._digest_blocks = 8 * cupy.cuda.Device(self.id).attributes[
+                    "MultiProcessorCount"]
+            with stream.stream:
+                total = cupy.zeros(1, dtype=cupy.uint64)  # pool memory, freed in stream order
+            threads = -(-nbytes // 4)
+            blocks = max(1, min(self._digest_blocks, -(-threads // _DIGEST_THREADS)))
+            self._digest_kernel((blocks,), (_DIGEST_THREADS,),
+                                (buffer, np.uint64(nbytes), total), stream=stream.stream)
+            cupy.cuda.runtime.memcpyAsync(out.ctypes.data, total.data.ptr, 8,
+                                          cupy.cuda.runtime.memcpyDeviceToHost,
+                                          stream.stream.ptr)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._buffers import aligned_buffer, copy_in, copy_out
-from .base import Device, Event, Stream
+from .base import Device, Event, Stream, word_digest
 
 __all__ = ["StandInArray", "StandInDevice", "StandInStream"]
 
@@ -298,3 +298,7 @@ class StandInDevice(Device):
     def to_device(self, host: np.ndarray, buffer: Any, nbytes: int, stream: Stream) -> None:
         assert isinstance(stream, StandInStream)
         stream.enqueue(lambda: np.copyto(buffer[:nbytes], host[:nbytes]))
+
+    def digest(self, buffer: Any, nbytes: int, out: np.ndarray, stream: Stream) -> None:
+        assert isinstance(stream, StandInStream)
+        stream.enqueue(lambda: out.__setitem__(0, word_digest(buffer[:nbytes].view(np.ndarray))))
