@@ -209,6 +209,7 @@ class DeviceLink(HostLink):
 
     def __init__(self, device: Device) -> None:
         self.device = self._device = device
+        device.warm_up()
         self._write_stream = device.new_stream()
         self._read_stream = device.new_stream()
         self._lock = threading.Lock()

@@ -183,8 +183,9 @@ def test_device_memory_is_flat_in_n():
 
 
 def test_no_host_synchronisation_per_store():
-    """Each step queues 5 ms of device work; the host calls the last forward step long before
-    the device has run the first: no store waited for the device."""
+    """Each step queues 20 ms of device work; the host calls the last forward step long
+    before the device has run the second: no store waited for the device. (A store costs the
+    host about 0.5 ms of calls, so shorter steps would let the device catch up.)"""
     spin = cupy.RawKernel(r'''
     extern "C" __global__ void spin(long long cycles) {
         long long start = clock64();
@@ -197,7 +198,7 @@ def test_no_host_synchronisation_per_store():
     class Slow(Fwd):
         def apply(self, *, t_start, t_end):
             for t in range(t_start, t_end):
-                spin((1,), (1,), (np.int64(5e-3 * rate),))
+                spin((1,), (1,), (np.int64(20e-3 * rate),))
                 w.step(t)
                 if t == 1:
                     seen["first"] = cupy.cuda.Event()

@@ -145,6 +145,10 @@ class Device(abc.ABC):
     def to_device(self, host: np.ndarray, buffer: Any, nbytes: int, stream: Stream) -> None:
         """Copy the first ``nbytes`` of the host buffer into the device ``buffer``."""
 
+    def warm_up(self) -> None:
+        """Build what the device's copies and digests need (kernels compiled at run time), so
+        that the first store of a run does not pay for it."""
+
     @abc.abstractmethod
     def digest(self, buffer: Any, nbytes: int, out: np.ndarray, stream: Stream) -> None:
         """Queue the :func:`word_digest` of the first ``nbytes`` of the device ``buffer``,

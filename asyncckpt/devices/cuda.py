@@ -213,14 +213,20 @@ class CupyDevice(Device):
         self._memcpy(buffer.data.ptr, host.ctypes.data, nbytes,
                      self._cupy.cuda.runtime.memcpyHostToDevice, stream)
 
+    def warm_up(self) -> None:
+        # NVRTC takes ~1.5 s on a first build (CuPy caches it on disk): not inside a sweep
+        if self._digest_kernel is None:
+            with self._cuda():
+                kernel = self._cupy.RawKernel(_DIGEST_SOURCE, "asyncckpt_digest")
+                kernel.compile()
+                self._digest_blocks = 8 * self._cuda().attributes["MultiProcessorCount"]
+                self._digest_kernel = kernel
+
     def digest(self, buffer: Any, nbytes: int, out: np.ndarray, stream: Stream) -> None:
         assert isinstance(stream, _CupyStream)
         cupy = self._cupy
+        self.warm_up()
         with self._cuda():
-            if self._digest_kernel is None:
-                self._digest_kernel = cupy.RawKernel(_DIGEST_SOURCE, "asyncckpt_digest")
-                self._digest_blocks = 8 * cupy.cuda.Device(self.id).attributes[
-                    "MultiProcessorCount"]
             with stream.stream:
                 total = cupy.zeros(1, dtype=cupy.uint64)  # pool memory, freed in stream order
             threads = -(-nbytes // 4)
