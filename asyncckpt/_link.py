@@ -213,10 +213,10 @@ class DeviceLink(HostLink):
         self._write_stream = device.new_stream()
         self._read_stream = device.new_stream()
         self._lock = threading.Lock()
-        # free device staging buffers, each with a page-locked word for its digest
-        self._staging: list[tuple[Any, np.ndarray]] = []
-        # id(prefetch host buffer) -> its device twin and digest word
-        self._twins: dict[int, tuple[Any, np.ndarray]] = {}
+        # free device staging buffers, each with a device and a page-locked word for its digest
+        self._staging: list[tuple[Any, Any, np.ndarray]] = []
+        # id(prefetch host buffer) -> its device twin and digest words
+        self._twins: dict[int, tuple[Any, Any, np.ndarray]] = {}
         self._consumed: dict[int, Event] = {}  # id(prefetch host buffer) -> last copy out
         self._device_bytes = 0
 
@@ -240,20 +240,21 @@ class DeviceLink(HostLink):
         with self._lock:
             self._device_bytes -= freed
 
-    def _word(self) -> np.ndarray:
-        return self._device.pinned(8).view(np.uint64)
+    def _checked(self, nbytes: int) -> tuple[Any, Any, np.ndarray]:
+        """A device buffer, with the device word and page-locked host word of its digest."""
+        return self._empty(nbytes), self._device.empty(8), self._device.pinned(8).view(np.uint64)
 
     checksum = staticmethod(word_digest)
 
     def staging_buffer(self, nbytes: int) -> np.ndarray:
-        staging = (self._empty(nbytes), self._word())
+        staging = self._checked(nbytes)
         with self._lock:
             self._staging.append(staging)
         return self._device.pinned(padded(nbytes))
 
     def prefetch_buffer(self, nbytes: int) -> np.ndarray:
         host = self._device.pinned(padded(nbytes))
-        self._twins[id(host)] = (self._empty(nbytes), self._word())
+        self._twins[id(host)] = self._checked(nbytes)
         return host
 
     def copy_out(self, arrays: Sequence[Any], slot: Any) -> None:
@@ -266,7 +267,7 @@ class DeviceLink(HostLink):
         compute = self._device.current_stream()
         with self._lock:
             staging = self._staging.pop()  # as many as host staging buffers: one is free
-        buffer, word = staging
+        buffer, scratch, word = staging
         self._device.gather(arrays, buffer, compute)
         produced = compute.record()
         stream = self._write_stream
@@ -274,14 +275,14 @@ class DeviceLink(HostLink):
         start = stream.record()
         self._device.to_host(buffer, host, nbytes, stream)
         if digest:
-            self._device.digest(buffer, nbytes, word, stream)
+            self._device.digest(buffer, nbytes, scratch, word, stream)
         return staging, digest, start, stream.record()
 
     def sent(self, ticket: Any) -> tuple[float, int | None]:
         staging, digest, start, done = ticket
         try:
             done.synchronize()
-            value = int(staging[1][0]) if digest else None
+            value = int(staging[2][0]) if digest else None
         finally:
             with self._lock:
                 self._staging.append(staging)
@@ -292,11 +293,11 @@ class DeviceLink(HostLink):
         consumed = self._consumed.pop(id(host), None)
         if consumed is not None:  # the compute stream may still be copying out of the twin
             stream.wait_event(consumed)
-        twin, word = self._twins[id(host)]
+        twin, scratch, word = self._twins[id(host)]
         start = stream.record()
         self._device.to_device(host, twin, nbytes, stream)
         if digest:
-            self._device.digest(twin, nbytes, word, stream)
+            self._device.digest(twin, nbytes, scratch, word, stream)
         done = stream.record()
         done.synchronize()
         return self._device.elapsed(start, done), int(word[0]) if digest else None
@@ -346,6 +347,6 @@ class DeviceLink(HostLink):
         self._read_stream.close()
         with self._lock:
             held = self._staging + list(self._twins.values())
-            self._device_bytes -= sum(buffer.nbytes for buffer, _ in held)
+            self._device_bytes -= sum(buffer.nbytes for buffer, _, _ in held)
             self._staging, self._twins = [], {}
             self._consumed.clear()

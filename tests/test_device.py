@@ -270,7 +270,7 @@ def test_word_digest_follows_its_definition(device, nbytes):
     buffer[nbytes:] = 255  # bytes past the state are not part of it
     out = device.pinned(8).view(np.uint64)
     stream = device.new_stream()
-    device.digest(buffer, nbytes, out, stream)
+    device.digest(buffer, nbytes, device.empty(8), out, stream)
     stream.synchronize()
     assert int(out[0]) == word_digest(data)
 
@@ -300,7 +300,7 @@ def test_device_states_are_checked_on_the_device(device, monkeypatch):
 
     monkeypatch.setattr(xxhash, "xxh3_64_intdigest", no_host_checksum)
     model = DeviceLeapfrog(device, 40)
-    grads, ckp = run_device(model, l1_slots=2, interval=4, keep_trace=False)
+    grads, _ = run_device(model, l1_slots=2, interval=4, keep_trace=False)
     assert_bitwise(grads, reference(model))
     with AsyncCheckpointer(model, Forward(model), Reverse(model), 40, l1_slots=2,
                            interval=4) as ckp:

@@ -150,11 +150,12 @@ class Device(abc.ABC):
         that the first store of a run does not pay for it."""
 
     @abc.abstractmethod
-    def digest(self, buffer: Any, nbytes: int, out: np.ndarray, stream: Stream) -> None:
+    def digest(self, buffer: Any, nbytes: int, scratch: Any, out: np.ndarray,
+               stream: Stream) -> None:
         """Queue the :func:`word_digest` of the first ``nbytes`` of the device ``buffer``,
-        computed on the device and copied into ``out`` (a page-locked ``uint64`` host array of
-        one element) when ``stream`` gets there: states are checked where they live, and the
-        host never reads them whole."""
+        summed on the device into ``scratch`` (a device buffer of 8 bytes) and copied into
+        ``out`` (a page-locked ``uint64`` host array of one element) when ``stream`` gets there:
+        states are checked where they live, and the host never reads them whole."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

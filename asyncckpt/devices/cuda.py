@@ -222,17 +222,16 @@ class CupyDevice(Device):
                 self._digest_blocks = 8 * self._cuda().attributes["MultiProcessorCount"]
                 self._digest_kernel = kernel
 
-    def digest(self, buffer: Any, nbytes: int, out: np.ndarray, stream: Stream) -> None:
+    def digest(self, buffer: Any, nbytes: int, scratch: Any, out: np.ndarray,
+               stream: Stream) -> None:
         assert isinstance(stream, _CupyStream)
-        cupy = self._cupy
         self.warm_up()
+        runtime, pointer = self._cupy.cuda.runtime, stream.stream.ptr
         with self._cuda():
-            with stream.stream:
-                total = cupy.zeros(1, dtype=cupy.uint64)  # pool memory, freed in stream order
+            runtime.memsetAsync(scratch.data.ptr, 0, 8, pointer)
             threads = -(-nbytes // 4)
             blocks = max(1, min(self._digest_blocks, -(-threads // _DIGEST_THREADS)))
             self._digest_kernel((blocks,), (_DIGEST_THREADS,),
-                                (buffer, np.uint64(nbytes), total), stream=stream.stream)
-            cupy.cuda.runtime.memcpyAsync(out.ctypes.data, total.data.ptr, 8,
-                                          cupy.cuda.runtime.memcpyDeviceToHost,
-                                          stream.stream.ptr)
+                                (buffer, np.uint64(nbytes), scratch), stream=stream.stream)
+            runtime.memcpyAsync(out.ctypes.data, scratch.data.ptr, 8,
+                                runtime.memcpyDeviceToHost, pointer)

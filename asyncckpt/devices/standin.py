@@ -299,6 +299,7 @@ class StandInDevice(Device):
         assert isinstance(stream, StandInStream)
         stream.enqueue(lambda: np.copyto(buffer[:nbytes], host[:nbytes]))
 
-    def digest(self, buffer: Any, nbytes: int, out: np.ndarray, stream: Stream) -> None:
+    def digest(self, buffer: Any, nbytes: int, scratch: Any, out: np.ndarray,
+               stream: Stream) -> None:
         assert isinstance(stream, StandInStream)
         stream.enqueue(lambda: out.__setitem__(0, word_digest(buffer[:nbytes].view(np.ndarray))))
