@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
+
 from ._buffers import check_size
 from ._link import HostLink
 from .errors import CorruptionError, ScheduleError, TransferError

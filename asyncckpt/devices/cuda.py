@@ -113,7 +113,7 @@ class CupyDevice(Device):
         self.id = int(device_id)
         self.name = f"cuda:{self.id}"
         self._external: dict[int, _CupyStream] = {}  # torch's streams, by CUDA stream
-        self._digest_kernel: Any = None  # compiled on the first digest
+        self._digest_kernel: Any = None  # built by warm_up()
         self._digest_blocks = 1
 
     @classmethod
