@@ -8,6 +8,7 @@ bit for bit.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from asyncckpt.devices import StandInDevice
 from workloads import Leapfrog, Pyramid, RecurrentCell
@@ -65,3 +66,25 @@ class DevicePyramid(_OnDevice, Pyramid):
         self.device, self.options = device, kwargs
         super().__init__(n, **kwargs)
         self.u = device.array(self.u)
+
+
+def digest_on(device, buffer, nbytes: int) -> int:
+    """The digest ``device`` computes of the first ``nbytes`` of its ``buffer``, read back."""
+    out = device.pinned(8).view(np.uint64)
+    stream = device.new_stream()
+    device.digest(buffer, nbytes, device.empty(8), out, stream)
+    stream.synchronize()
+    return int(out[0])
+
+
+def assert_level2_corruption_caught(ckp, reset_adjoint) -> None:
+    """After ``ckp``'s forward sweep: flip one byte of a state held in (pinned DRAM) Level-2 and
+    check that the reverse sweep stops with a checksum mismatch on the caller's thread."""
+    from asyncckpt import TransferError
+
+    stored = ckp.storage._stored
+    stored[sorted(stored)[len(stored) // 2]][100] ^= 1
+    reset_adjoint()
+    with pytest.raises(TransferError) as caught:
+        ckp.apply_reverse()
+    assert "checksum mismatch" in str(caught.value) + str(caught.value.__cause__)

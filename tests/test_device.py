@@ -30,7 +30,8 @@ from asyncckpt.devices.base import word_digest
 from asyncckpt.devices.standin import StandInStream, StandInStreamError
 from asyncckpt.storage import PinnedMemoryStorage
 from asyncckpt.testing import StorageTests
-from device_workloads import DeviceLeapfrog, DevicePyramid, DeviceRecurrentCell
+from device_workloads import DeviceLeapfrog, DevicePyramid, DeviceRecurrentCell, \
+    assert_level2_corruption_caught, digest_on
 from schedules import simulate
 from workloads import Forward, Leapfrog, Pyramid, RecurrentCell, Reverse, forward_reverse, \
     store_all_reference
@@ -268,11 +269,7 @@ def test_word_digest_follows_its_definition(device, nbytes):
     buffer = device.empty(nbytes + 64)
     buffer[:nbytes] = data
     buffer[nbytes:] = 255  # bytes past the state are not part of it
-    out = device.pinned(8).view(np.uint64)
-    stream = device.new_stream()
-    device.digest(buffer, nbytes, device.empty(8), out, stream)
-    stream.synchronize()
-    assert int(out[0]) == word_digest(data)
+    assert digest_on(device, buffer, nbytes) == word_digest(data)
 
 
 def test_word_digest_sees_flips_and_moves():
@@ -306,12 +303,7 @@ def test_device_states_are_checked_on_the_device(device, monkeypatch):
                            interval=4) as ckp:
         model.reset()
         ckp.apply_forward()
-        stored = ckp.storage._stored
-        stored[sorted(stored)[len(stored) // 2]][100] ^= 1
-        model.reset_adjoint()
-        with pytest.raises(TransferError) as caught:
-            ckp.apply_reverse()
-        assert "checksum mismatch" in str(caught.value) + str(caught.value.__cause__)
+        assert_level2_corruption_caught(ckp, model.reset_adjoint)
 
 
 # -- errors --------------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asyncckpt import AsyncCheckpointer, TransferError
+from asyncckpt import AsyncCheckpointer
 from asyncckpt.devices.base import word_digest
 from asyncckpt.storage import PinnedMemoryStorage
+from device_workloads import assert_level2_corruption_caught, digest_on
 
 cupy = pytest.importorskip("cupy")
 try:
@@ -234,11 +235,7 @@ def test_cupy_digest_is_word_digest(nbytes):
     device = CupyDevice()
     data = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
     buffer = cupy.asarray(np.concatenate([data, np.full(64, 255, np.uint8)]))
-    out = device.pinned(8).view(np.uint64)
-    stream = device.new_stream()
-    device.digest(buffer, nbytes, device.empty(8), out, stream)
-    stream.synchronize()
-    assert int(out[0]) == word_digest(data)
+    assert digest_on(device, buffer, nbytes) == word_digest(data)
 
 
 def test_a_byte_changed_on_level2_is_caught():
@@ -246,9 +243,4 @@ def test_a_byte_changed_on_level2_is_caught():
     with AsyncCheckpointer(w, Fwd(w), Rev(w), 40, l1_slots=2, interval=4) as ckp:
         w.reset()
         ckp.apply_forward()
-        stored = ckp.storage._stored
-        stored[sorted(stored)[len(stored) // 2]][100] ^= 1
-        w.reset_adjoint()
-        with pytest.raises(TransferError) as caught:
-            ckp.apply_reverse()
-        assert "checksum mismatch" in str(caught.value) + str(caught.value.__cause__)
+        assert_level2_corruption_caught(ckp, w.reset_adjoint)
