@@ -8,10 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 
-from ._buffers import aligned_buffer
+from ._buffers import aligned_buffer, padded
+from ._pool import POOL
 from .storage import Storage
 
-__all__ = ["measure_transfer", "probe_forward", "THREAD_HANDOFF_S"]
+__all__ = ["measure_transfer", "measure_fault", "probe_forward", "THREAD_HANDOFF_S"]
 
 #: What waking a worker thread costs the caller here (measured: 17-20 us per submit).
 THREAD_HANDOFF_S = 20e-6
@@ -37,6 +38,18 @@ def measure_transfer(storage: Storage, nbytes: int, repeats: int = 3) -> tuple[f
         reads.append(time.perf_counter() - middle)
         storage.delete(key)
     return statistics.median(writes), statistics.median(reads)
+
+
+def measure_fault(nbytes: int, least_bytes: int = 32 << 20) -> float:
+    """Return the seconds to fault in one fresh state buffer of ``nbytes``: the mean over enough
+    new buffers to make ``least_bytes`` (64 at most), which then go to the process pool for the
+    run to use."""
+    count = max(1, min(64, -(-least_bytes // padded(nbytes))))
+    start = time.perf_counter()
+    buffers = [aligned_buffer(nbytes) for _ in range(count)]
+    elapsed = time.perf_counter() - start
+    POOL.give(buffers)
+    return elapsed / count
 
 
 def probe_forward(fwd_operator: Any, n_timesteps: int,

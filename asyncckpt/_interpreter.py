@@ -58,6 +58,11 @@ class Level1:
     def give(self, slot: np.ndarray) -> None:
         self._free.append(slot)
 
+    @property
+    def made(self) -> int:
+        """Slots made so far (held and free): what a run reuses without new memory."""
+        return len(self._free) + len(self.held)
+
     def store(self, step: int, arrays: Sequence[np.ndarray]) -> None:
         slot = self.take()
         start = time.perf_counter()

@@ -38,6 +38,12 @@ class MemoryPool:
         with self._lock:
             return self._held
 
+    def count(self, nbytes: int) -> int:
+        """How many kept buffers :meth:`take` could give for ``nbytes``."""
+        with self._lock:
+            sizes = {nbytes, padded(nbytes)}
+            return sum(len(self._by_size.get(size, ())) for size in sizes)
+
     def take(self, nbytes: int) -> np.ndarray | None:
         """A kept buffer able to hold ``nbytes`` (of that size or of it padded to pages), or None."""
         with self._lock:
@@ -63,7 +69,6 @@ class MemoryPool:
             released, self._held = self._held, 0
             self._by_size.clear()
         return released
-
 
     def aligned(self, nbytes: int) -> np.ndarray:
         """A page-aligned, touched buffer of ``padded(nbytes)`` bytes: a kept one, else new."""

@@ -7,6 +7,12 @@ transfers are priced as they cost inside the run (cache-cold, beside the compute
 probe measures them. What a run measured is remembered for the process, so the next checkpointer
 of the same operators and state size (a fresh ``Revolver`` per gradient, as Devito builds it)
 starts from it.
+
+Memory a run touches for the first time costs a page fault per page, which on some machines
+(virtual ones whose host backs guest memory lazily) runs at 0.4 GB/s, 25 ms per 10 MiB state.
+Buffers are kept for the next run (:mod:`asyncckpt._pool`), so that price is paid once per
+process: "auto" chooses the schedule fastest once memory is warm (an adjoint code evaluates many
+gradients), and predicts each run with the faults it will pay.
 """
 from __future__ import annotations
 
@@ -15,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from schedules.model import Costs, IntervalChoice, Level2Tier, choose_interval
+from schedules.model import (Costs, FreshMemory, IntervalChoice, Level2Tier, choose_interval,
+                             predict_async_multistage, predict_revolve, predict_tiered)
 
 __all__ = ["CallFit", "IntervalTuner", "agree_costs", "remembered", "remember", "forget_costs"]
 
@@ -81,6 +88,12 @@ class IntervalTuner:
     runs: int = 0
     #: (tw, tr) of each tier of a tiered Level-2, fastest first, probed at construction
     tier_costs: list[tuple[float, float]] | None = None
+    #: the tier whose states occupy process memory (0 for an untiered one in host DRAM)
+    in_memory: int | None = None
+    #: seconds to fault in one fresh state buffer (None: not measured, not priced)
+    fault_s: float | None = None
+    #: state buffers already faulted in that the next run can use
+    warm_buffers: int = 0
 
     def costs(self) -> Costs:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
@@ -93,19 +106,53 @@ class IntervalTuner:
                          tcall=self.tcall)
         return Costs(tf=self.tf, tb=tb, tw=self.tw, tr=self.tr, tc=self.tc, tcall=self.tcall)
 
+    def fresh(self, priced: bool = True) -> FreshMemory | None:
+        """The price of fresh memory, or None where it is not priced (or ``priced`` is False)."""
+        if not priced or not self.fault_s:
+            return None
+        return FreshMemory(self.warm_buffers, self.fault_s)
+
+    def _tiers(self, capacities: Sequence[int | None] | None,
+               priced: bool) -> list[Level2Tier] | None:
+        """Level-2's tiers for the model (None: one tier, priced by the closed form alone)."""
+        memory = self.in_memory if self.fresh(priced) is not None else None
+        if self.tier_costs is not None and capacities is not None:
+            return [Level2Tier(capacity, tw, tr, in_memory=index == memory)
+                    for index, (capacity, (tw, tr)) in enumerate(zip(capacities,
+                                                                     self.tier_costs))]
+        if self.fresh(priced) is not None:
+            costs = self.costs()
+            return [Level2Tier(None, costs.tw, costs.tr, in_memory=memory == 0)]
+        return None
+
     def choose(self, l1_slots: int | None = None,
                capacities: Sequence[int | None] | None = None, *,
-               max_candidates: int = 4096) -> IntervalChoice:
+               max_candidates: int = 4096, fresh: bool = True) -> IntervalChoice:
         """The interval with the least predicted time with ``l1_slots`` slots (default: the
         checkpointer's), with the baselines' predictions. ``capacities`` bound each tier of a
-        tiered Level-2 (priced with its own probed tw and tr)."""
-        tiers = None
-        if self.tier_costs is not None and capacities is not None:
-            tiers = [Level2Tier(capacity, tw, tr)
-                     for capacity, (tw, tr) in zip(capacities, self.tier_costs)]
+        tiered Level-2 (priced with its own probed tw and tr). ``fresh``: price the first touch
+        of memory beyond the warm buffers."""
         return choose_interval(self.n_steps, l1_slots or self.l1_slots, self.costs(),
                                staging_buffers=self.staging_buffers, taping=self.taping,
-                               max_candidates=max_candidates, tiers=tiers)
+                               max_candidates=max_candidates,
+                               tiers=self._tiers(capacities, fresh), fresh=self.fresh(fresh))
+
+    def price(self, l1_slots: int, interval: int,
+              capacities: Sequence[int | None] | None = None, *, fresh: bool = True) -> float:
+        """Predicted seconds of one plan: ``interval`` with ``l1_slots`` slots, or with
+        ``interval`` 0 Revolve in the Level-1 slots alone."""
+        costs, memory = self.costs(), self.fresh(fresh)
+        if interval == 0:
+            return predict_revolve(self.n_steps, l1_slots, costs, taping=self.taping,
+                                   fresh=memory).total_s
+        tiers = self._tiers(capacities, fresh)
+        if tiers is None:
+            return predict_async_multistage(self.n_steps, interval, l1_slots, costs,
+                                            staging_buffers=self.staging_buffers,
+                                            taping=self.taping).total_s
+        return predict_tiered(self.n_steps, interval, l1_slots, costs, tiers,
+                              staging_buffers=self.staging_buffers, taping=self.taping,
+                              fresh=memory).total_s
 
     def probed(self, short: float, long: float, steps: int) -> None:
         """Take tcall and tf from a call of one step (``short`` seconds) and one of ``steps``."""
@@ -158,6 +205,7 @@ class IntervalTuner:
             "tr_s": self.tr, "tc_s": self.tc, "tb_measured": self.tb is not None,
             "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",
             "taping": self.taping, "interval": choice.interval,
+            "fault_s": self.fault_s, "warm_buffers": self.warm_buffers,
             "predicted_total_s": choice.prediction.total_s,
             "predicted_revolve_s": choice.revolve.total_s,
             "predicted_store_all_s": choice.store_all.total_s,
@@ -175,7 +223,7 @@ def remembered(key: tuple[object, ...], tuner: IntervalTuner) -> IntervalTuner:
     if known is None:
         return tuner
     return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,
-                   tcall=known.tcall, runs=known.runs,
+                   tcall=known.tcall, runs=known.runs, fault_s=known.fault_s,
                    tier_costs=known.tier_costs if known.tier_costs is not None
                    and tuner.tier_costs is not None
                    and len(known.tier_costs) == len(tuner.tier_costs) else tuner.tier_costs)
@@ -197,7 +245,8 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     """Give ``tuner`` the largest of every rank's costs (``group``: a
     :class:`~asyncckpt._mpi.RankGroup`): the slowest rank sets the pace of all, since every
     operator call waits for it."""
-    mine = (tuner.tf, tuner.tb, tuner.tcall, tuner.tw, tuner.tr, tuner.tc, tuner.tier_costs)
+    mine = (tuner.tf, tuner.tb, tuner.tcall, tuner.tw, tuner.tr, tuner.tc, tuner.tier_costs,
+            tuner.fault_s, tuner.warm_buffers)
     every = group.exchange(mine)
 
     def largest(values: list[float | None]) -> float | None:
@@ -207,6 +256,9 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     tuner.tf, tuner.tb = largest([c[0] for c in every]), largest([c[1] for c in every])
     tuner.tcall, tuner.tw, tuner.tr, tuner.tc = (
         max(c[k] for c in every) for k in (2, 3, 4, 5))
+    # the slowest faults and the fewest warm buffers: every rank waits for the one paying most
+    tuner.fault_s = largest([c[7] for c in every])
+    tuner.warm_buffers = min(c[8] for c in every)
     if tuner.tier_costs is not None:
         tuner.tier_costs = [
             (max(c[6][i][0] for c in every), max(c[6][i][1] for c in every))

@@ -17,9 +17,10 @@ from schedules.model import IntervalChoice, adaptive_interval, predict_adaptive
 
 from ._budget import Budget, dram_tier, slot_candidates
 from ._buffers import padded
-from ._calibrate import THREAD_HANDOFF_S, measure_transfer, probe_forward
+from ._calibrate import THREAD_HANDOFF_S, measure_fault, measure_transfer, probe_forward
 from ._engine import TransferEngine
 from ._interpreter import Interpreter, Level1, RunDecisions
+from ._pool import POOL
 from ._link import DeviceLink, HostLink
 from ._mpi import RankGroup, per_rank
 from ._options import (check_bool, check_choice, check_int, check_operator, parse_bytes,
@@ -299,7 +300,9 @@ class AsyncCheckpointer:
                 self._tuner = remembered(self._tuner_key, IntervalTuner(
                     self._nominal_n(), self.l1_slots, staging_buffers, transfers == "inline",
                     self.taping, tw=tw, tr=tr, tc=self._measure_copy(first),
-                    tier_costs=self.tier_costs))
+                    tier_costs=self.tier_costs, in_memory=self._memory_tier()))
+                if self.device is None and self._tuner.fault_s is None:
+                    self._tuner.fault_s = measure_fault(self.nbytes)
                 if self.n_timesteps == 1:
                     self._plan(1)
         except BaseException as failure:
@@ -568,44 +571,81 @@ class AsyncCheckpointer:
                 self._tuner.n_steps = stats.n_timesteps  # the next run's best guess of n
             remember(self._tuner_key, self._tuner)
 
+    def _memory_tier(self) -> int | None:
+        """Which tier of Level-2 keeps its states in this process's host memory, if any."""
+        if isinstance(self.storage, TieredStorage):
+            return dram_tier(self.storage)
+        return 0 if type(self.storage) is HostMemoryStorage else None
+
+    def _warm_buffers(self) -> int:
+        """State buffers already faulted in that the next run can use: its slots, the process
+        pool's, and the spares of a DRAM Level-2."""
+        warm = self._level1.made + POOL.count(padded(self.nbytes))
+        index = self._memory_tier()
+        if index is not None:
+            tiers = self.storage.tiers if isinstance(self.storage, TieredStorage) else [self.storage]
+            memory = tiers[index]
+            assert isinstance(memory, HostMemoryStorage)
+            warm += memory.spares(self.nbytes)
+        return warm
+
+    def _fastest(self, tuner: IntervalTuner, fresh: bool) -> tuple[float, int, IntervalChoice]:
+        """The plan the model predicts fastest, as (seconds, Level-1 slots, choice); under a
+        budget without fixed slots, over the splits of the budget between slots and the DRAM
+        tier. ``fresh``: price the first touch of memory (else take every buffer as warm)."""
+        budgeted = self._budget is not None and not self._slots_fixed
+        if budgeted:
+            assert self._budget is not None
+            candidates = slot_candidates(min(self._budget.max_slots_with_level2, tuner.n_steps))
+        else:
+            candidates = [self.l1_slots]
+        best: tuple[float, int, IntervalChoice] | None = None
+        for slots in candidates:
+            try:
+                choice = tuner.choose(slots, self._capacities(slots), fresh=fresh,
+                                      max_candidates=512 if budgeted else 4096)
+            except InvalidValueError:  # these tiers hold no state beside so many slots
+                if not budgeted:
+                    raise
+                continue
+            fastest = (choice.prediction.total_s if self.n_timesteps is None
+                       else min(choice.prediction.total_s, choice.revolve.total_s))
+            if best is None or fastest < best[0]:
+                best = (fastest, slots, choice)
+        if best is None:
+            raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
+                                    f"room on Level-2 {self.storage!r}")
+        return best
+
+    def _plan_of(self, choice: IntervalChoice) -> int:
+        """The interval a choice runs: 0 where Revolve in the Level-1 slots alone is faster."""
+        if self.n_timesteps is not None and choice.revolve.total_s < choice.prediction.total_s:
+            return 0
+        return choice.interval
+
     def _choose(self, tuner: IntervalTuner) -> None:
-        """Take the schedule the model predicts fastest: an interval, or Revolve in Level-1
-        alone; under a budget without fixed slots, also the split of the budget between Level-1
-        slots and the DRAM tier."""
+        """Take the schedule the model predicts fastest once memory is warm: an interval, or
+        Revolve in Level-1 alone; under a budget without fixed slots, also the split of the
+        budget between Level-1 slots and the DRAM tier. The prediction adds what this run pays
+        to fault in the memory no earlier run left (see :mod:`asyncckpt._tuning`)."""
         tuner.n_steps = self._nominal_n()
+        tuner.warm_buffers = self._warm_buffers()
         if self._group is not None:
             agree_costs(tuner, self._group)
-        if self._budget is not None and not self._slots_fixed:
-            best: tuple[float, int, IntervalChoice] | None = None
-            for slots in slot_candidates(min(self._budget.max_slots_with_level2,
-                                             tuner.n_steps)):
-                try:
-                    choice = tuner.choose(slots, self._capacities(slots), max_candidates=512)
-                except InvalidValueError:  # these tiers hold no state beside so many slots
-                    continue
-                fastest = (choice.prediction.total_s if self.n_timesteps is None
-                           else min(choice.prediction.total_s, choice.revolve.total_s))
-                if best is None or fastest < best[0]:
-                    best = (fastest, slots, choice)
-            if best is None:
-                raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
-                                        f"room on Level-2 {self.storage!r}")
-            _, slots, choice = best
-            self._use_slots(slots)
-        else:
-            choice = tuner.choose(self.l1_slots, self._capacities(self.l1_slots))
+        warm, slots, choice = self._fastest(tuner, fresh=False)
+        predicted = tuner.price(slots, self._plan_of(choice), self._capacities(slots))
+        self._use_slots(slots)
+        interval = self._plan_of(choice)
         self._stats.calibration = tuner.record(choice)
+        self._stats.calibration.update(interval=interval, predicted_total_s=predicted,
+                                       predicted_faults_s=predicted - warm)
         self._stats.l1_slots, self._stats.l1_bytes = self.l1_slots, self.l1_bytes
         if self._group is not None:
-            self._group.same("the plan (l1_slots, interval, Level-1 alone)",
-                             (self.l1_slots, choice.interval,
-                              self.n_timesteps is not None
-                              and choice.revolve.total_s < choice.prediction.total_s))
-        if self.n_timesteps is not None and choice.revolve.total_s < choice.prediction.total_s:
+            self._group.same("the plan (l1_slots, interval; 0: Level-1 alone)",
+                             (self.l1_slots, interval))
+        if interval == 0:
             # Revolve in the Level-1 slots alone beats every interval: no Level-2 at all
             self._plan_level1()
-            self._stats.calibration.update(interval=0,
-                                           predicted_total_s=choice.revolve.total_s)
         else:
             self._plan(choice.interval)
             if self._adaptive and self.n_timesteps is not None:

@@ -188,6 +188,11 @@ class HostMemoryStorage(Storage):
     def _buffers(self) -> list[np.ndarray]:
         return list(self._stored.values()) + [b for kept in self._spare.values() for b in kept]
 
+    def spares(self, nbytes: int) -> int:
+        """Freed buffers kept for the next states of ``nbytes`` bytes (page-padded)."""
+        with self._lock:
+            return len(self._spare.get(padded(nbytes), ()))
+
     def reserve(self, nbytes: int, count: int) -> None:
         """Check that ``count`` states of ``nbytes`` fit in the available memory.
 

@@ -37,6 +37,7 @@ __all__ = [
     "adaptive_interval",
     "predict_tiered",
     "Level2Tier",
+    "FreshMemory",
     "tiers_hold",
     "simulate_times",
     "choose_interval",
@@ -137,14 +138,17 @@ def predict_store_all(n_steps: int, costs: Costs, *, taping: bool = True) -> Pre
                       prediction.reverse_s, prediction.forward_steps)
 
 
-def predict_revolve(n_steps: int, snaps: int, costs: Costs, *, taping: bool = True) -> Prediction:
+def predict_revolve(n_steps: int, snaps: int, costs: Costs, *, taping: bool = True,
+                    fresh: FreshMemory | None = None) -> Prediction:
     """Revolve with ``snaps`` slots: its optimal forward steps and calls, n reverse calls and one
-    copy per checkpoint stored and per load."""
+    copy per checkpoint stored and per load (and with ``fresh``, the faults of the slots it
+    touches first: at most n)."""
     n = check_int("n_steps", n_steps, 1)
     snaps = check_int("snaps", snaps, 1)
     counts = _range_counts(n, snaps, taping, reaches_end=True)
-    total = counts.seconds(costs, n) + costs.tc  # u_0's store is not in the range
-    forward = n * costs.tf + costs.tcall
+    faults = 0.0 if fresh is None else fresh.slots_s(min(snaps, n))
+    total = counts.seconds(costs, n) + costs.tc + faults  # u_0's store is not in the range
+    forward = n * costs.tf + costs.tcall + faults
     return Prediction("revolve", total, forward, total - forward, counts.steps)
 
 
@@ -299,11 +303,54 @@ class IntervalChoice:
 @dataclass(frozen=True, slots=True)
 class Level2Tier:
     """One tier of a tiered Level-2, fastest first: ``capacity`` states at most (None: any
-    number), each written in ``tw`` and read back in ``tr`` seconds."""
+    number), each written in ``tw`` and read back in ``tr`` seconds. ``in_memory``: its states
+    occupy the process's own memory (host DRAM), whose first touch :class:`FreshMemory` prices."""
 
     capacity: int | None
     tw: float
     tr: float
+    in_memory: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FreshMemory:
+    """The price of memory a run touches for the first time.
+
+    The first ``warm`` state buffers a run uses are already faulted in (kept from an earlier
+    run); each further one costs ``fault_s`` seconds when first touched. Level-1 slots take
+    them first, on the main thread, so their faults add to the run; states of an in-memory
+    Level-2 tier take the rest, on the transfer thread, so their faults lengthen those writes.
+    """
+
+    warm: int
+    fault_s: float
+
+    def __post_init__(self) -> None:
+        check_int("FreshMemory.warm", self.warm, 0)
+        if not math.isfinite(self.fault_s) or self.fault_s < 0:
+            raise InvalidValueError(f"FreshMemory.fault_s must be a finite number of seconds "
+                                    f">= 0, got {self.fault_s!r}")
+
+    def slots_s(self, slots: int) -> float:
+        """Seconds of faults for ``slots`` Level-1 slots."""
+        return max(0, slots - self.warm) * self.fault_s
+
+    def split(self, tiers: Sequence[Level2Tier], slots: int) -> list[Level2Tier]:
+        """``tiers`` with each in-memory tier split into its warm states and its fresh ones
+        (written in ``tw + fault_s``), once ``slots`` slots have taken their share."""
+        warm, split = max(0, self.warm - slots), []
+        for tier in tiers:
+            if not tier.in_memory:
+                split.append(tier)
+                continue
+            kept = warm if tier.capacity is None else min(warm, tier.capacity)
+            warm -= kept
+            fresh = None if tier.capacity is None else tier.capacity - kept
+            if kept:
+                split.append(replace(tier, capacity=kept))
+            if fresh != 0:
+                split.append(replace(tier, capacity=fresh, tw=tier.tw + self.fault_s))
+        return split
 
 
 def _tier_shares(stores: int, tiers: Sequence[Level2Tier]) -> list[tuple[Level2Tier, int]]:
@@ -323,15 +370,22 @@ def _tier_shares(stores: int, tiers: Sequence[Level2Tier]) -> list[tuple[Level2T
 
 def predict_tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
                    tiers: Sequence[Level2Tier], *, staging_buffers: int = 2,
-                   taping: bool = True) -> Prediction:
+                   taping: bool = True, fresh: FreshMemory | None = None) -> Prediction:
     """:func:`predict_async_multistage` over a tiered Level-2: each tier's prediction (its own
-    ``tw`` and ``tr``), weighted by the share of the schedule's Level-2 states it holds.
+    ``tw`` and ``tr``), weighted by the share of the schedule's Level-2 states it holds. With
+    ``fresh``, the faults of the memory the run touches first: of the slots an interval's
+    reversal uses (at most I), and of the in-memory tiers' states.
 
     Raises
     ------
     InvalidValueError
         If the tiers cannot hold the schedule's Level-2 states.
     """
+    faults = 0.0
+    if fresh is not None:
+        slots = min(l1_slots, interval)
+        faults = fresh.slots_s(slots)
+        tiers = fresh.split(tiers, slots)
     stores = math.ceil(n_steps / interval)
     shares = _tier_shares(stores, tiers)
     parts = [(taken / stores, predict_async_multistage(
@@ -340,7 +394,8 @@ def predict_tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
     first = parts[0][1]
     return Prediction(
         "async_multistage_tiered",
-        sum(w * p.total_s for w, p in parts), sum(w * p.forward_s for w, p in parts),
+        faults + sum(w * p.total_s for w, p in parts),
+        faults + sum(w * p.forward_s for w, p in parts),
         sum(w * p.reverse_s for w, p in parts), first.forward_steps,
         sum(w * p.write_stall_s for w, p in parts), sum(w * p.read_stall_s for w, p in parts))
 
@@ -353,13 +408,15 @@ def tiers_hold(n_steps: int, interval: int, tiers: Sequence[Level2Tier]) -> bool
 
 def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffers: int = 2,
                     max_candidates: int = 4096, taping: bool = True,
-                    tiers: Sequence[Level2Tier] | None = None) -> IntervalChoice:
+                    tiers: Sequence[Level2Tier] | None = None,
+                    fresh: FreshMemory | None = None) -> IntervalChoice:
     """Return the interval I in [1, n] with the least predicted time (closed form with stalls).
 
     Every I up to ``max_candidates`` is priced, and a geometric grid above it; ties go to the
     smaller I (fewer states recomputed, sooner overlap). With ``tw <= tf`` this is 1. With
     ``tiers`` (a tiered Level-2, fastest first), each interval is priced by
     :func:`predict_tiered` and intervals whose states the tiers cannot hold are skipped.
+    ``fresh`` prices the first touch of the memory each schedule uses (Revolve's included).
 
     Raises
     ------
@@ -374,6 +431,8 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
         candidates.add(int(value))
         value *= 1.1
     candidates.add(n)
+    if tiers is None and fresh is not None:
+        tiers = [Level2Tier(None, costs.tw, costs.tr)]
     best_interval, best = 0, None
     for interval in sorted(candidates):
         if tiers is None:
@@ -381,13 +440,15 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
                                                   staging_buffers=staging_buffers, taping=taping)
         elif tiers_hold(n, interval, tiers):
             prediction = predict_tiered(n, interval, l1_slots, costs, tiers,
-                                        staging_buffers=staging_buffers, taping=taping)
+                                        staging_buffers=staging_buffers, taping=taping,
+                                        fresh=fresh)
         else:
             continue
         if best is None or prediction.total_s < best.total_s * (1 - 1e-12):
             best_interval, best = interval, prediction
     if best is None:
         raise InvalidValueError("the Level-2 tiers hold no state: give one a capacity")
-    return IntervalChoice(best_interval, best, predict_revolve(n, l1_slots, costs, taping=taping),
+    return IntervalChoice(best_interval, best,
+                          predict_revolve(n, l1_slots, costs, taping=taping, fresh=fresh),
                           predict_store_all(n, costs, taping=taping))
 

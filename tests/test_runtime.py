@@ -257,6 +257,28 @@ def test_auto_interval_calibrates_and_records_its_prediction() -> None:
         assert ckp.stats.probe_steps == 0 and ckp.stats.calibration["learned_runs"] == 2
 
 
+def test_auto_prices_the_first_touch_of_memory_and_the_next_run_finds_it_warm() -> None:
+    from asyncckpt.storage import release_memory
+
+    n = 24
+    model = Leapfrog(n, points=1 << 19)  # states of 4 MiB: the fault probe makes 8 of them
+    forget_costs()
+    release_memory()
+    reference = store_all_reference(model)
+    runs = []
+    for _ in range(2):
+        with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2,
+                               storage="dram") as ckp:  # owned: closed into the pool
+            assert_bit_identical(forward_reverse(model, ckp), reference)
+            runs.append((dict(ckp.stats.calibration), ckp.stats.l2_writes))
+    (first, writes), (second, _) = runs
+    assert first["fault_s"] > 0 and first["predicted_faults_s"] >= 0
+    assert second["fault_s"] == first["fault_s"]  # remembered, not probed again
+    # each Level-2 state of the first run had a buffer of its own, now in the pool
+    assert writes > 0 and second["warm_buffers"] >= writes
+    assert first["measured_over_predicted"] > 0 and second["measured_over_predicted"] > 0
+
+
 def test_auto_interval_with_one_step() -> None:
     model = Leapfrog(1)
     reference = store_all_reference(model)
