@@ -20,11 +20,11 @@ from ._buffers import padded
 from ._calibrate import THREAD_HANDOFF_S, measure_fault, measure_transfer, probe_forward
 from ._engine import TransferEngine
 from ._interpreter import Interpreter, Level1, RunDecisions
-from ._pool import POOL
 from ._link import DeviceLink, HostLink
 from ._mpi import RankGroup, per_rank
 from ._options import (check_bool, check_choice, check_int, check_operator, parse_bytes,
                        parse_interval)
+from ._pool import POOL
 from ._tuning import CallFit, IntervalTuner, agree_costs, remember, remembered
 from .checkpoint import as_dtype, check_arrays, check_descriptor
 from .devices import device_of
@@ -589,10 +589,10 @@ class AsyncCheckpointer:
             warm += memory.spares(self.nbytes)
         return warm
 
-    def _fastest(self, tuner: IntervalTuner, fresh: bool) -> tuple[float, int, IntervalChoice]:
-        """The plan the model predicts fastest, as (seconds, Level-1 slots, choice); under a
-        budget without fixed slots, over the splits of the budget between slots and the DRAM
-        tier. ``fresh``: price the first touch of memory (else take every buffer as warm)."""
+    def _fastest(self, tuner: IntervalTuner) -> tuple[float, int, IntervalChoice]:
+        """The plan the model predicts fastest once memory is warm, as (seconds, Level-1 slots,
+        choice); under a budget without fixed slots, over the splits of the budget between
+        slots and the DRAM tier."""
         budgeted = self._budget is not None and not self._slots_fixed
         if budgeted:
             assert self._budget is not None
@@ -602,7 +602,7 @@ class AsyncCheckpointer:
         best: tuple[float, int, IntervalChoice] | None = None
         for slots in candidates:
             try:
-                choice = tuner.choose(slots, self._capacities(slots), fresh=fresh,
+                choice = tuner.choose(slots, self._capacities(slots), fresh=False,
                                       max_candidates=512 if budgeted else 4096)
             except InvalidValueError:  # these tiers hold no state beside so many slots
                 if not budgeted:
@@ -632,7 +632,7 @@ class AsyncCheckpointer:
         tuner.warm_buffers = self._warm_buffers()
         if self._group is not None:
             agree_costs(tuner, self._group)
-        warm, slots, choice = self._fastest(tuner, fresh=False)
+        warm, slots, choice = self._fastest(tuner)
         predicted = tuner.price(slots, self._plan_of(choice), self._capacities(slots))
         self._use_slots(slots)
         interval = self._plan_of(choice)
