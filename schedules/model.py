@@ -327,7 +327,9 @@ class FreshMemory:
 
     def __post_init__(self) -> None:
         check_int("FreshMemory.warm", self.warm, 0)
-        if not math.isfinite(self.fault_s) or self.fault_s < 0:
+        value = self.fault_s
+        if (not isinstance(value, (int, float)) or isinstance(value, bool)
+                or not math.isfinite(value) or value < 0):
             raise InvalidValueError(f"FreshMemory.fault_s must be a finite number of seconds "
                                     f">= 0, got {self.fault_s!r}")
 

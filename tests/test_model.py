@@ -169,6 +169,7 @@ def replace_tw(costs: Costs, tw: float) -> Costs:
     (dict(warm=-1, fault_s=1.0), "FreshMemory.warm must be"),
     (dict(warm=0, fault_s=math.inf), "FreshMemory.fault_s must be a finite number"),
     (dict(warm=0, fault_s=-1.0), "FreshMemory.fault_s must be a finite number of seconds >= 0"),
+    (dict(warm=0, fault_s="1"), "FreshMemory.fault_s must be a finite number"),
 ])
 def test_bad_fresh_memory(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
