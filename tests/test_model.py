@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -144,12 +145,12 @@ def test_fresh_memory_prices_the_faults_of_the_buffers_a_schedule_touches() -> N
     # no buffer warm: the slots' faults on the main thread, and writes that take tw + fault
     # (longer than an interval's compute) stall the forward sweep
     cold = predict_tiered(n, interval, slots, costs, tier, fresh=FreshMemory(0, fault))
-    slow_writes = predict_async_multistage(n, interval, slots, replace_tw(costs, 0.5 + fault))
+    slow_writes = predict_async_multistage(n, interval, slots, replace(costs, tw=0.5 + fault))
     assert cold.total_s == pytest.approx(slots * fault + slow_writes.total_s)
     assert cold.write_stall_s > 0 == unpriced.write_stall_s
 
 
-def test_costly_fresh_memory_chooses_fewer_slots_worth_of_revolve() -> None:
+def test_costly_fresh_memory_steers_the_choice_away_from_many_slots() -> None:
     costs = Costs(tf=1.0, tb=2.0, tw=0.5, tr=0.5)
     n, slots = 200, 50
     warm = choose_interval(n, slots, costs)
@@ -157,12 +158,6 @@ def test_costly_fresh_memory_chooses_fewer_slots_worth_of_revolve() -> None:
     assert cold.revolve.total_s == pytest.approx(warm.revolve.total_s + slots * 100.0)
     # with slots this dear, short intervals (which use few of them) win
     assert cold.interval <= 3 and cold.prediction.total_s < cold.revolve.total_s
-
-
-def replace_tw(costs: Costs, tw: float) -> Costs:
-    from dataclasses import replace
-
-    return replace(costs, tw=tw)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
