@@ -115,12 +115,13 @@ class IntervalTuner:
     def _tiers(self, capacities: Sequence[int | None] | None,
                priced: bool) -> list[Level2Tier] | None:
         """Level-2's tiers for the model (None: one tier, priced by the closed form alone)."""
-        memory = self.in_memory if self.fresh(priced) is not None else None
+        priced = self.fresh(priced) is not None
+        memory = self.in_memory if priced else None
         if self.tier_costs is not None and capacities is not None:
             return [Level2Tier(capacity, tw, tr, in_memory=index == memory)
                     for index, (capacity, (tw, tr)) in enumerate(zip(capacities,
                                                                      self.tier_costs))]
-        if self.fresh(priced) is not None:
+        if priced:
             costs = self.costs()
             return [Level2Tier(None, costs.tw, costs.tr, in_memory=memory == 0)]
         return None

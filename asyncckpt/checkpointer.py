@@ -633,9 +633,9 @@ class AsyncCheckpointer:
         if self._group is not None:
             agree_costs(tuner, self._group)
         warm, slots, choice = self._fastest(tuner)
-        predicted = tuner.price(slots, self._plan_of(choice), self._capacities(slots))
-        self._use_slots(slots)
         interval = self._plan_of(choice)
+        predicted = tuner.price(slots, interval, self._capacities(slots))
+        self._use_slots(slots)
         self._stats.calibration = tuner.record(choice)
         self._stats.calibration.update(interval=interval, predicted_total_s=predicted,
                                        predicted_faults_s=predicted - warm)
