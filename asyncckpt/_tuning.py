@@ -24,7 +24,58 @@ from typing import Any
 from schedules.model import (Costs, FreshMemory, IntervalChoice, Level2Tier, choose_interval,
                              predict_async_multistage, predict_revolve, predict_tiered)
 
-__all__ = ["CallFit", "IntervalTuner", "agree_costs", "remembered", "remember", "forget_costs"]
+__all__ = ["CallFit", "IntervalTuner", "Plan", "NEAR_TIE", "cheapest_near_fastest", "agree_costs",
+           "remembered", "remember", "forget_costs"]
+
+#: Plans predicted within this share of the fastest once memory is warm count as equally fast:
+#: the model's prediction of one plan moves by 2 to 3% between runs here, so a smaller
+#: difference is no evidence that one plan is faster, and no reason to fault in new memory.
+NEAR_TIE = 0.03
+
+#: What a transfer cost known before a run weighs, in transfers, against the run's own: a run
+#: that moved one state through a path nudges its cost (a lone read of a cold state measured
+#: 6.2 ms on a DRAM tier whose 385 reads in the next run averaged 1.2 ms), one that moved
+#: hundreds replaces it.
+PRIOR_TRANSFERS = 4
+
+
+def _blend(known: float, seconds: float, count: int) -> float:
+    """The mean cost of a transfer from ``known`` (worth :data:`PRIOR_TRANSFERS` transfers) and
+    ``count`` transfers that took ``seconds`` in all."""
+    return (PRIOR_TRANSFERS * known + seconds) / (PRIOR_TRANSFERS + count)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One schedule "auto" may run: ``interval`` (0: Revolve in the Level-1 slots alone) with
+    ``slots`` Level-1 slots, its predicted seconds once memory is warm (``warm_s``) and for the
+    next run, faults in fresh memory included (``total_s``), and the model's choice of interval
+    for those slots that it came from (with the Revolve and store-all baselines)."""
+
+    slots: int
+    interval: int
+    choice: IntervalChoice
+    warm_s: float
+    total_s: float
+
+
+def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan:
+    """Among the plans within ``near`` of the fastest once memory is warm, the one the next run
+    pays least for, faults included (then the faster warm, then the fewest slots).
+
+    An adjoint code evaluates many gradients, so the warm time decides; but between plans the
+    model cannot tell apart the next run's faults do, so a run keeps the plan whose memory an
+    earlier run left warm instead of flipping on noise (a run once paid 7.6 s of faults for a
+    predicted 0.2 s), and a first run takes the near-fastest plan that touches the least fresh
+    memory.
+    """
+    if not plans:
+        raise ValueError("no plan to choose from")
+    if near < 0:
+        raise ValueError(f"near must be >= 0, got {near}")
+    fastest = min(plan.warm_s for plan in plans)
+    return min((plan for plan in plans if plan.warm_s <= fastest * (1 + near)),
+               key=lambda plan: (plan.total_s, plan.warm_s, plan.slots))
 
 
 @dataclass
@@ -167,7 +218,9 @@ class IntervalTuner:
         """Take tf and tcall (fitted over the run's forward calls), tb (time inside the reverse
         operator), tc (the run's own copies) and tw and tr (time on the Level-2 path, contention
         included, less the first touch of fresh pages) from a completed run's :class:`Stats`.
-        A tiered Level-2 learns each tier's tw and tr from its own transfers in the run."""
+        A tiered Level-2 learns each tier's tw and tr from its own transfers in the run. Transfer
+        costs are means over the run's transfers and what was known before
+        (:data:`PRIOR_TRANSFERS`), so a run that moved few states does not overturn them."""
         fitted = fit.fit()
         if fitted is not None:
             self.tcall, self.tf = fitted
@@ -186,16 +239,14 @@ class IntervalTuner:
         if self.tier_costs is not None and stats.l2_tiers:
             # each tier's transfers as they cost inside the run (a disk's sustained speed, not
             # the one state the probe wrote and read back at once)
-            learned = []
-            for (tw, tr), tier in zip(self.tier_costs, stats.l2_tiers):
-                learned.append((tier["write_s"] / tier["writes"] if tier["writes"] else tw,
-                                tier["read_s"] / tier["reads"] if tier["reads"] else tr))
-            self.tier_costs = learned
-        if stats.l2_writes and self.tier_costs is None:
+            self.tier_costs = [(_blend(tw, tier["write_s"], tier["writes"]),
+                                _blend(tr, tier["read_s"], tier["reads"]))
+                               for (tw, tr), tier in zip(self.tier_costs, stats.l2_tiers)]
+        if self.tier_costs is None:
             # fresh pages are faulted in once: the pool keeps them for the next run
-            self.tw = max(stats.write_busy_s - stats.write_fresh_s, 0.0) / stats.l2_writes
-        if stats.l2_reads and self.tier_costs is None:
-            self.tr = stats.read_busy_s / stats.l2_reads
+            self.tw = _blend(self.tw, max(stats.write_busy_s - stats.write_fresh_s, 0.0),
+                             stats.l2_writes)
+            self.tr = _blend(self.tr, stats.read_busy_s, stats.l2_reads)
         self.runs += 1
 
     def record(self, choice: IntervalChoice) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 
 from schedules import AsyncMultistage, EndForward, EndReverse, OnlineMultistage, Revolve
 from schedules.actions import Action
-from schedules.model import IntervalChoice, adaptive_interval, predict_adaptive
+from schedules.model import adaptive_interval, predict_adaptive
 
 from ._budget import Budget, dram_tier, slot_candidates
 from ._buffers import padded
@@ -25,7 +25,8 @@ from ._mpi import RankGroup, per_rank
 from ._options import (check_bool, check_choice, check_int, check_operator, parse_bytes,
                        parse_interval)
 from ._pool import POOL
-from ._tuning import CallFit, IntervalTuner, agree_costs, remember, remembered
+from ._tuning import (CallFit, IntervalTuner, Plan, agree_costs, cheapest_near_fastest, remember,
+                      remembered)
 from .checkpoint import as_dtype, check_arrays, check_descriptor
 from .devices import device_of
 from .errors import InvalidTypeError, InvalidValueError, MemoryBudgetError, UsageError
@@ -589,74 +590,74 @@ class AsyncCheckpointer:
             warm += memory.spares(self.nbytes)
         return warm
 
-    def _fastest(self, tuner: IntervalTuner) -> tuple[float, int, IntervalChoice]:
-        """The plan the model predicts fastest once memory is warm, as (seconds, Level-1 slots,
-        choice); under a budget without fixed slots, over the splits of the budget between
-        slots and the DRAM tier."""
+    def _plan_for(self, tuner: IntervalTuner) -> Plan:
+        """The plan to run (:func:`~asyncckpt._tuning.cheapest_near_fastest`): for each slot
+        count, the intervals the model finds fastest with and without faults priced, and Revolve
+        in the Level-1 slots alone. Under a budget without fixed slots the slot counts span the
+        splits of the budget between slots and the DRAM tier."""
         budgeted = self._budget is not None and not self._slots_fixed
         if budgeted:
             assert self._budget is not None
             candidates = slot_candidates(min(self._budget.max_slots_with_level2, tuner.n_steps))
         else:
             candidates = [self.l1_slots]
-        best: tuple[float, int, IntervalChoice] | None = None
+        # pricing faults changes the choice only where a fault cost was measured
+        pricings = (False, True) if tuner.fresh() is not None else (False,)
+        plans: list[Plan] = []
         for slots in candidates:
-            try:
-                choice = tuner.choose(slots, self._capacities(slots), fresh=False,
-                                      max_candidates=512 if budgeted else 4096)
-            except InvalidValueError:  # these tiers hold no state beside so many slots
-                if not budgeted:
-                    raise
-                continue
-            fastest = (choice.prediction.total_s if self.n_timesteps is None
-                       else min(choice.prediction.total_s, choice.revolve.total_s))
-            if best is None or fastest < best[0]:
-                best = (fastest, slots, choice)
-        if best is None:
+            capacities = self._capacities(slots)
+            for fresh in pricings:
+                try:
+                    choice = tuner.choose(slots, capacities, fresh=fresh,
+                                          max_candidates=512 if budgeted else 4096)
+                except InvalidValueError:  # these tiers hold no state beside so many slots
+                    if not budgeted:
+                        raise
+                    break
+                intervals = {choice.interval} if self.n_timesteps is None else {choice.interval, 0}
+                for interval in intervals:
+                    plans.append(Plan(slots, interval, choice,
+                                      tuner.price(slots, interval, capacities, fresh=False),
+                                      tuner.price(slots, interval, capacities)))
+        if not plans:
             raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
                                     f"room on Level-2 {self.storage!r}")
-        return best
-
-    def _plan_of(self, choice: IntervalChoice) -> int:
-        """The interval a choice runs: 0 where Revolve in the Level-1 slots alone is faster."""
-        if self.n_timesteps is not None and choice.revolve.total_s < choice.prediction.total_s:
-            return 0
-        return choice.interval
+        return cheapest_near_fastest(plans)
 
     def _choose(self, tuner: IntervalTuner) -> None:
-        """Take the schedule the model predicts fastest once memory is warm: an interval, or
-        Revolve in Level-1 alone; under a budget without fixed slots, also the split of the
+        """Take the schedule the model predicts fastest once memory is warm, or one within
+        :data:`~asyncckpt._tuning.NEAR_TIE` of it that faults in less fresh memory: an interval,
+        or Revolve in Level-1 alone; under a budget without fixed slots, also the split of the
         budget between Level-1 slots and the DRAM tier. The prediction adds what this run pays
         to fault in the memory no earlier run left (see :mod:`asyncckpt._tuning`)."""
         tuner.n_steps = self._nominal_n()
         tuner.warm_buffers = self._warm_buffers()
         if self._group is not None:
             agree_costs(tuner, self._group)
-        warm, slots, choice = self._fastest(tuner)
-        interval = self._plan_of(choice)
-        predicted = tuner.price(slots, interval, self._capacities(slots))
+        plan = self._plan_for(tuner)
+        slots, interval, choice = plan.slots, plan.interval, plan.choice
         self._use_slots(slots)
         self._stats.calibration = tuner.record(choice)
-        self._stats.calibration.update(interval=interval, predicted_total_s=predicted,
-                                       predicted_faults_s=predicted - warm)
+        self._stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
+                                       predicted_faults_s=plan.total_s - plan.warm_s)
         self._stats.l1_slots, self._stats.l1_bytes = self.l1_slots, self.l1_bytes
         if self._group is not None:
             self._group.same("the plan (l1_slots, interval; 0: Level-1 alone)",
                              (self.l1_slots, interval))
         if interval == 0:
-            # Revolve in the Level-1 slots alone beats every interval: no Level-2 at all
+            # Revolve in the Level-1 slots alone: no Level-2 at all
             self._plan_level1()
         else:
-            self._plan(choice.interval)
+            self._plan(interval)
             if self._adaptive and self.n_timesteps is not None:
                 costs = tuner.costs()
                 adaptive = predict_adaptive(self.n_timesteps, self.l1_slots, costs,
-                                            min_interval=choice.interval,
+                                            min_interval=interval,
                                             staging_buffers=tuner.staging_buffers,
                                             taping=self.taping)
                 self._stats.calibration.update(
                     predicted_total_s=adaptive.total_s,
-                    adaptive_interval=adaptive_interval(costs, choice.interval))
+                    adaptive_interval=adaptive_interval(costs, interval))
 
     def _probe(self, tuner: IntervalTuner) -> None:
         """The first run with ``interval="auto"`` and no costs yet: time the opening forward calls

@@ -1,0 +1,78 @@
+"""How "auto" picks among the plans the model prices, and how a run's measurements update what it
+knew: pure functions of the numbers, no operators."""
+from __future__ import annotations
+
+import pytest
+
+from asyncckpt._tuning import (NEAR_TIE, PRIOR_TRANSFERS, CallFit, IntervalTuner, Plan,
+                               cheapest_near_fastest)
+from asyncckpt.stats import Stats
+from schedules.model import Costs, choose_interval
+
+CHOICE = choose_interval(100, 4, Costs(tf=1e-3, tb=2e-3, tw=1e-3, tr=1e-3, tc=1e-4))
+
+
+def plan(slots: int, warm_s: float, faults_s: float = 0.0) -> Plan:
+    return Plan(slots, CHOICE.interval, CHOICE, warm_s, warm_s + faults_s)
+
+
+def test_a_near_tie_goes_to_the_plan_whose_memory_is_warm() -> None:
+    fastest = plan(500, 5.00, faults_s=15.0)  # the fastest warm, its memory not faulted in yet
+    warm = plan(1, 5.00 * (1 + NEAR_TIE / 2))  # barely slower, nothing to fault in
+    slow = plan(2, 5.00 * (1 + 2 * NEAR_TIE))  # no faults either, but clearly slower
+    assert cheapest_near_fastest([fastest, warm, slow]) is warm
+
+
+def test_a_clearly_faster_plan_is_taken_despite_its_faults() -> None:
+    fastest = plan(500, 5.00, faults_s=15.0)
+    warm = plan(1, 5.00 * (1 + 2 * NEAR_TIE))
+    assert cheapest_near_fastest([warm, fastest]) is fastest
+
+
+def test_equal_plans_go_to_the_fewest_slots() -> None:
+    many, few = plan(300, 5.0), plan(3, 5.0)
+    assert cheapest_near_fastest([many, few]) is few
+    assert cheapest_near_fastest([few, many]) is few
+
+
+def test_no_plan_or_a_negative_tolerance_is_refused() -> None:
+    with pytest.raises(ValueError, match="no plan to choose from"):
+        cheapest_near_fastest([])
+    with pytest.raises(ValueError, match="near must be >= 0, got -0.1"):
+        cheapest_near_fastest([plan(1, 5.0)], near=-0.1)
+
+
+def tuner_with_tiers(costs: list[tuple[float, float]]) -> IntervalTuner:
+    return IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
+                         tw=1e-3, tr=1e-3, tc=1e-4, tf=1e-3, tier_costs=list(costs))
+
+
+def test_a_tier_that_moved_one_state_nudges_its_cost_and_one_that_moved_hundreds_sets_it() -> None:
+    tuner = tuner_with_tiers([(1e-3, 1e-3), (2e-3, 2e-3)])
+    stats = Stats()
+    # one slow cold read on the first tier; 400 transfers of 4 ms each on the second
+    stats.l2_tiers = [{"writes": 1, "reads": 1, "write_s": 1e-3, "read_s": 6e-3},
+                      {"writes": 400, "reads": 400, "write_s": 1.6, "read_s": 1.6}]
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.tier_costs is not None
+    (tw0, tr0), (tw1, tr1) = tuner.tier_costs
+    assert tw0 == pytest.approx(1e-3)
+    assert tr0 == pytest.approx((PRIOR_TRANSFERS * 1e-3 + 6e-3) / (PRIOR_TRANSFERS + 1))
+    assert 1e-3 < tr0 < 6e-3 / 2  # nudged towards the lone read, not replaced by it
+    assert tw1 == tr1 == pytest.approx(4e-3, rel=0.02)  # the sustained cost wins
+    # a tier that moved nothing keeps what was known
+    stats.l2_tiers = [{"writes": 0, "reads": 0, "write_s": 0.0, "read_s": 0.0}] * 2
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.tier_costs == [(tw0, tr0), (tw1, tr1)]
+
+
+def test_an_untiered_level2_learns_its_costs_the_same_way() -> None:
+    tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
+                          tw=1e-3, tr=1e-3, tc=1e-4, tf=1e-3)
+    stats = Stats()
+    stats.l2_writes, stats.write_busy_s, stats.write_fresh_s = 1000, 2.5, 0.5  # 2 ms unfaulted
+    stats.l2_reads, stats.read_busy_s = 1, 9e-3
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.tw == pytest.approx(2e-3, rel=0.01)
+    assert tuner.tr == pytest.approx((PRIOR_TRANSFERS * 1e-3 + 9e-3) / (PRIOR_TRANSFERS + 1))
+
