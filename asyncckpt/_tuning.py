@@ -66,8 +66,7 @@ def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan
     An adjoint code evaluates many gradients, so the warm time decides; but between plans the
     model cannot tell apart the next run's faults do, so a run keeps the plan whose memory an
     earlier run left warm instead of flipping on noise (a run once paid 7.6 s of faults for a
-    predicted 0.2 s), and a first run takes the near-fastest plan that touches the least fresh
-    memory.
+    predicted 0.2 s).
     """
     if not plans:
         raise ValueError("no plan to choose from")
