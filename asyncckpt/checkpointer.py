@@ -606,19 +606,21 @@ class AsyncCheckpointer:
         plans: list[Plan] = []
         for slots in candidates:
             capacities = self._capacities(slots)
-            for fresh in pricings:
-                try:
-                    choice = tuner.choose(slots, capacities, fresh=fresh,
-                                          max_candidates=512 if budgeted else 4096)
-                except InvalidValueError:  # these tiers hold no state beside so many slots
-                    if not budgeted:
-                        raise
-                    break
-                intervals = {choice.interval} if self.n_timesteps is None else {choice.interval, 0}
-                for interval in intervals:
-                    plans.append(Plan(slots, interval, choice,
-                                      tuner.price(slots, interval, capacities, fresh=False),
-                                      tuner.price(slots, interval, capacities)))
+            try:
+                choices = [tuner.choose(slots, capacities, fresh=fresh,
+                                        max_candidates=512 if budgeted else 4096)
+                           for fresh in pricings]
+            except InvalidValueError:  # these tiers hold no state beside so many slots
+                if not budgeted:
+                    raise
+                continue
+            intervals = {choice.interval for choice in choices}
+            if self.n_timesteps is not None:
+                intervals.add(0)
+            for interval in intervals:  # each priced once, the warm choice's baselines kept
+                plans.append(Plan(slots, interval, choices[0],
+                                  tuner.price(slots, interval, capacities, fresh=False),
+                                  tuner.price(slots, interval, capacities)))
         if not plans:
             raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
                                     f"room on Level-2 {self.storage!r}")
