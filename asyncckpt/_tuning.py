@@ -24,8 +24,8 @@ from typing import Any
 from schedules.model import (Costs, FreshMemory, IntervalChoice, Level2Tier, choose_interval,
                              predict_async_multistage, predict_revolve, predict_tiered)
 
-__all__ = ["CallFit", "IntervalTuner", "Plan", "NEAR_TIE", "cheapest_near_fastest", "agree_costs",
-           "remembered", "remember", "forget_costs"]
+__all__ = ["CallFit", "IntervalTuner", "Plan", "NEAR_TIE", "fastest_once_warm",
+           "cheapest_near_fastest", "agree_costs", "remembered", "remember", "forget_costs"]
 
 #: Plans predicted within this share of the fastest once memory is warm count as equally fast:
 #: the model's prediction of one plan moves by 2 to 3% between runs here, so a smaller
@@ -57,6 +57,15 @@ class Plan:
     choice: IntervalChoice
     warm_s: float
     total_s: float
+
+
+def fastest_once_warm(plans: Sequence[Plan]) -> Plan:
+    """The plan fastest once memory is warm, faults aside (then the fewest slots): a first run's
+    pick, whose prices come from probes, which misjudge a disk tier by 1.4 to 2x and cannot tell
+    it from a DRAM tier whose transfers hide behind the compute."""
+    if not plans:
+        raise ValueError("no plan to choose from")
+    return min(plans, key=lambda plan: (plan.warm_s, plan.slots))
 
 
 def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan:

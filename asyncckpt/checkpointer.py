@@ -25,8 +25,8 @@ from ._mpi import RankGroup, per_rank
 from ._options import (check_bool, check_choice, check_int, check_operator, parse_bytes,
                        parse_interval)
 from ._pool import POOL
-from ._tuning import (CallFit, IntervalTuner, Plan, agree_costs, cheapest_near_fastest, remember,
-                      remembered)
+from ._tuning import (CallFit, IntervalTuner, Plan, agree_costs, cheapest_near_fastest,
+                      fastest_once_warm, remember, remembered)
 from .checkpoint import as_dtype, check_arrays, check_descriptor
 from .devices import device_of
 from .errors import InvalidTypeError, InvalidValueError, MemoryBudgetError, UsageError
@@ -591,9 +591,10 @@ class AsyncCheckpointer:
         return warm
 
     def _plan_for(self, tuner: IntervalTuner) -> Plan:
-        """The plan to run (:func:`~asyncckpt._tuning.cheapest_near_fastest`): for each slot
-        count, the intervals the model finds fastest with and without faults priced, and Revolve
-        in the Level-1 slots alone. Under a budget without fixed slots the slot counts span the
+        """The plan to run (:func:`~asyncckpt._tuning.fastest_once_warm` on a first run, then
+        :func:`~asyncckpt._tuning.cheapest_near_fastest`): for each slot count, the intervals
+        the model finds fastest with and without faults priced, and Revolve in the Level-1 slots
+        alone. Under a budget without fixed slots the slot counts span the
         splits of the budget between slots and the DRAM tier."""
         budgeted = self._budget is not None and not self._slots_fixed
         if budgeted:
@@ -624,11 +625,7 @@ class AsyncCheckpointer:
         if not plans:
             raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
                                     f"room on Level-2 {self.storage!r}")
-        if not tuner.runs:
-            # probed prices misjudge a disk tier by 1.4 to 2x and cannot tell it from a DRAM
-            # one whose transfers hide behind the compute: a first run takes the fastest
-            return min(plans, key=lambda plan: (plan.warm_s, plan.slots))
-        return cheapest_near_fastest(plans)
+        return cheapest_near_fastest(plans) if tuner.runs else fastest_once_warm(plans)
 
     def _choose(self, tuner: IntervalTuner) -> None:
         """Take the schedule the model predicts fastest once memory is warm, or after a first

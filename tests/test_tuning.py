@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from asyncckpt._tuning import (NEAR_TIE, PRIOR_TRANSFERS, CallFit, IntervalTuner, Plan,
-                               cheapest_near_fastest)
+                               cheapest_near_fastest, fastest_once_warm)
 from asyncckpt.stats import Stats
 from schedules.model import Costs, choose_interval
 
@@ -27,6 +27,15 @@ def test_a_clearly_faster_plan_is_taken_despite_its_faults() -> None:
     fastest = plan(500, 5.00, faults_s=15.0)
     warm = plan(1, 5.00 * (1 + 2 * NEAR_TIE))
     assert cheapest_near_fastest([warm, fastest]) is fastest
+
+
+def test_a_first_run_takes_the_fastest_faults_aside() -> None:
+    fastest = plan(500, 5.00, faults_s=15.0)
+    warm = plan(1, 5.00 * (1 + NEAR_TIE / 2))
+    assert fastest_once_warm([warm, fastest]) is fastest
+    assert fastest_once_warm([plan(300, 5.0), plan(3, 5.0, faults_s=1.0)]).slots == 3
+    with pytest.raises(ValueError, match="no plan to choose from"):
+        fastest_once_warm([])
 
 
 def test_equal_plans_go_to_the_fewest_slots() -> None:
