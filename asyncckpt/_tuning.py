@@ -40,8 +40,8 @@ PRIOR_TRANSFERS = 4
 
 
 def _blend(known: float, seconds: float, count: int) -> float:
-    """The mean cost of a transfer from ``known`` (worth :data:`PRIOR_TRANSFERS` transfers) and
-    ``count`` transfers that took ``seconds`` in all."""
+    """The mean cost of a transfer (or of a fresh buffer's faults) from ``known`` (worth
+    :data:`PRIOR_TRANSFERS` of them) and ``count`` of them that took ``seconds`` in all."""
     return (PRIOR_TRANSFERS * known + seconds) / (PRIOR_TRANSFERS + count)
 
 
@@ -228,7 +228,10 @@ class IntervalTuner:
         included, less the first touch of fresh pages) from a completed run's :class:`Stats`.
         A tiered Level-2 learns each tier's tw and tr from its own transfers in the run. Transfer
         costs are means over the run's transfers and what was known before
-        (:data:`PRIOR_TRANSFERS`), so a run that moved few states does not overturn them."""
+        (:data:`PRIOR_TRANSFERS`), so a run that moved few states does not overturn them. The
+        price of fresh memory (``fault_s``) is revised the same way from the buffers the run
+        faulted in: the quiet probe at construction may find pages the process just freed, which
+        fault in several times faster than the memory a long run goes on to touch."""
         fitted = fit.fit()
         if fitted is not None:
             self.tcall, self.tf = fitted
@@ -255,6 +258,8 @@ class IntervalTuner:
             self.tw = _blend(self.tw, max(stats.write_busy_s - stats.write_fresh_s, 0.0),
                              stats.l2_writes)
             self.tr = _blend(self.tr, stats.read_busy_s, stats.l2_reads)
+        if self.fault_s is not None and stats.fresh_buffers:
+            self.fault_s = _blend(self.fault_s, stats.fresh_s, stats.fresh_buffers)
         self.runs += 1
 
     def record(self, choice: IntervalChoice) -> dict[str, Any]:

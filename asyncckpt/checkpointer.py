@@ -323,6 +323,7 @@ class AsyncCheckpointer:
         self._stats = Stats()
         self._fit = CallFit()
         self._fresh_base = 0.0
+        self._faults_base = (0, 0.0)
         log.info("AsyncCheckpointer: n=%d I=%s l1_slots=%d, state %d bytes, Level-1 %.1f MiB, "
                  "Level-2 %r, transfers %s, taping %s", self.n_timesteps,
                  "Level-1 only" if self.in_level1 else interval, self.l1_slots, self.nbytes,
@@ -507,6 +508,7 @@ class AsyncCheckpointer:
         self._fit = CallFit()
         self._level1.copies, self._level1.copy_s = 0, 0.0
         self._fresh_base = self.storage.fresh_s
+        self._faults_base = POOL.faults()
         self._engine.reset_counters()
         if isinstance(self.storage, TieredStorage):
             self.storage.reset_counters()
@@ -741,6 +743,9 @@ class AsyncCheckpointer:
         stats.l2_peak_states = engine.peak_held
         stats.l2_failures = engine.failures
         stats.write_fresh_s = self.storage.fresh_s - self._fresh_base
+        made, made_s = POOL.faults()
+        stats.fresh_buffers = made - self._faults_base[0]
+        stats.fresh_s = made_s - self._faults_base[1]
         if isinstance(self.storage, TieredStorage):
             stats.l2_tiers = self.storage.counters()
         stats.device_bytes = self._link.device_bytes

@@ -52,6 +52,12 @@ class Stats:
         Of ``write_busy_s``, the seconds a DRAM Level-2 spent getting buffers (faulting fresh
         pages in, where the process's pool had none kept): a cost of the first run, not of a
         write.
+    fresh_buffers : int
+        State-sized host buffers this run faulted in fresh, where the process's pool had none
+        kept: Level-1 slots, staging and prefetch buffers, and states of a DRAM Level-2.
+    fresh_s : float
+        Seconds those first touches took (on whichever thread made them): what ``"auto"``
+        learns the price of fresh memory from.
     l2_tiers : list of dict
         With a tiered Level-2, per tier (fastest first): ``writes``, ``reads`` and the seconds
         spent in them, ``write_s`` and ``read_s`` (less first-touch time), this run.
@@ -98,6 +104,8 @@ class Stats:
     write_busy_s: float = 0.0
     read_busy_s: float = 0.0
     write_fresh_s: float = 0.0
+    fresh_buffers: int = 0
+    fresh_s: float = 0.0
     forward_s: float = 0.0
     reverse_s: float = 0.0
     forward_compute_s: float = 0.0

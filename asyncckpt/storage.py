@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from ._buffers import PAGE, aligned_buffer, padded, touched
+from ._buffers import PAGE, aligned_buffer, padded
 from ._pool import POOL
 from .errors import (InvalidTypeError, InvalidValueError, StorageError, StorageFullError,
                      StorageKeyError)
@@ -137,8 +137,7 @@ class Storage(abc.ABC):
 
 def _fresh_buffer(nbytes: int) -> np.ndarray:
     """A touched buffer for ``nbytes``: one a closed backend left in the pool, else new."""
-    kept = POOL.take(nbytes)
-    return kept if kept is not None else touched(nbytes)
+    return POOL.aligned(nbytes)
 
 
 def release_memory() -> int:

@@ -273,15 +273,20 @@ def test_backends_round_trip_through_their_config(disk_dir: Path) -> None:
 def test_closed_dram_is_reused_by_the_next_backend_and_released_on_request() -> None:
     from asyncckpt.storage import release_memory
 
+    from asyncckpt._pool import POOL
+
     release_memory()
     first = HostMemoryStorage()
     buf = np.full(3 * PAGE, 7, dtype=np.uint8)
+    made, made_s = POOL.faults()
     first.put(0, buf)
+    assert POOL.faults()[0] == made + 1 and POOL.faults()[1] > made_s  # faulted in, and timed
     held = first._stored[0]
     first.close()
     second = HostMemoryStorage()
     second.put(5, buf)
     assert second._stored[5] is held  # no fresh memory faulted in
+    assert POOL.faults()[0] == made + 1
     out = np.zeros_like(buf)
     second.get(5, out)
     assert (out == 7).all()

@@ -85,3 +85,22 @@ def test_an_untiered_level2_learns_its_costs_the_same_way() -> None:
     assert tuner.tw == pytest.approx(2e-3, rel=0.01)
     assert tuner.tr == pytest.approx((PRIOR_TRANSFERS * 1e-3 + 9e-3) / (PRIOR_TRANSFERS + 1))
 
+
+
+def test_the_price_of_fresh_memory_is_learned_from_the_buffers_a_run_faulted_in() -> None:
+    # the probe at construction found pages the process had just freed (12 ms a state); the
+    # run then faulted in 585 slots at 27 ms each (Devito 3D, 10 MiB states)
+    tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
+                          tw=1e-3, tr=1e-3, tc=1e-4, tf=1e-3, fault_s=0.012)
+    stats = Stats()
+    stats.fresh_buffers, stats.fresh_s = 585, 585 * 0.027
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.fault_s == pytest.approx(0.027, rel=0.01)
+    # a run that faulted nothing in (its memory warm) keeps the price
+    tuner.learn(Stats(), fit=CallFit())
+    assert tuner.fault_s == pytest.approx(0.027, rel=0.01)
+    # where faults are not priced (a device run), nothing is learned
+    device = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False,
+                           taping=True, tw=1e-3, tr=1e-3, tc=1e-4, tf=1e-3)
+    device.learn(stats, fit=CallFit())
+    assert device.fault_s is None
