@@ -49,14 +49,16 @@ def _blend(known: float, seconds: float, count: int) -> float:
 class Plan:
     """One schedule "auto" may run: ``interval`` (0: Revolve in the Level-1 slots alone) with
     ``slots`` Level-1 slots, its predicted seconds once memory is warm (``warm_s``) and for the
-    next run, faults in fresh memory included (``total_s``), and the model's choice of interval
-    for those slots that it came from (with the Revolve and store-all baselines)."""
+    next run, faults in fresh memory included (``total_s``), the model's choice of interval
+    for those slots that it came from (with the Revolve and store-all baselines), and the
+    states it writes to Level-2 (``transfers``; it reads as many back)."""
 
     slots: int
     interval: int
     choice: IntervalChoice
     warm_s: float
     total_s: float
+    transfers: int = 0
 
 
 def fastest_once_warm(plans: Sequence[Plan]) -> Plan:
@@ -69,13 +71,17 @@ def fastest_once_warm(plans: Sequence[Plan]) -> Plan:
 
 
 def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan:
-    """Among the plans within ``near`` of the fastest once memory is warm, the one the next run
-    pays least for, faults included (then the faster warm, then the fewest slots).
+    """Among the plans within ``near`` of the fastest once memory is warm, the one whose next
+    run faults in least fresh memory, then the one with the fewest Level-2 transfers (then the
+    faster warm, then the fewest slots).
 
     An adjoint code evaluates many gradients, so the warm time decides; but between plans the
-    model cannot tell apart the next run's faults do, so a run keeps the plan whose memory an
+    model cannot tell apart, the next run's faults do, so a run keeps the plan whose memory an
     earlier run left warm instead of flipping on noise (a run once paid 7.6 s of faults for a
-    predicted 0.2 s).
+    predicted 0.2 s). Then background traffic decides: the model does not price what a transfer
+    takes from the compute beside it (on two cores a Devito forward step measured 1.22 ms
+    beside no transfers, 1.45 to 1.51 ms beside one per step, and the plan that wrote every
+    state ran 10 to 13% slower than store-all in Level-1 that the model found 1% slower).
     """
     if not plans:
         raise ValueError("no plan to choose from")
@@ -83,7 +89,8 @@ def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan
         raise ValueError(f"near must be >= 0, got {near}")
     fastest = min(plan.warm_s for plan in plans)
     return min((plan for plan in plans if plan.warm_s <= fastest * (1 + near)),
-               key=lambda plan: (plan.total_s, plan.warm_s, plan.slots))
+               key=lambda plan: (plan.total_s - plan.warm_s, plan.transfers, plan.warm_s,
+                                 plan.slots))
 
 
 @dataclass

@@ -623,7 +623,8 @@ class AsyncCheckpointer:
             for interval in intervals:  # each priced once, the warm choice's baselines kept
                 plans.append(Plan(slots, interval, choices[0],
                                   tuner.price(slots, interval, capacities, fresh=False),
-                                  tuner.price(slots, interval, capacities)))
+                                  tuner.price(slots, interval, capacities),
+                                  transfers=-(-tuner.n_steps // interval) if interval else 0))
         if not plans:
             raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
                                     f"room on Level-2 {self.storage!r}")

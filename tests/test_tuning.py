@@ -12,8 +12,8 @@ from schedules.model import Costs, choose_interval
 CHOICE = choose_interval(100, 4, Costs(tf=1e-3, tb=2e-3, tw=1e-3, tr=1e-3, tc=1e-4))
 
 
-def plan(slots: int, warm_s: float, faults_s: float = 0.0) -> Plan:
-    return Plan(slots, CHOICE.interval, CHOICE, warm_s, warm_s + faults_s)
+def plan(slots: int, warm_s: float, faults_s: float = 0.0, transfers: int = 0) -> Plan:
+    return Plan(slots, CHOICE.interval, CHOICE, warm_s, warm_s + faults_s, transfers)
 
 
 def test_a_near_tie_goes_to_the_plan_whose_memory_is_warm() -> None:
@@ -21,6 +21,20 @@ def test_a_near_tie_goes_to_the_plan_whose_memory_is_warm() -> None:
     warm = plan(1, 5.00 * (1 + NEAR_TIE / 2))  # barely slower, nothing to fault in
     slow = plan(2, 5.00 * (1 + 2 * NEAR_TIE))  # no faults either, but clearly slower
     assert cheapest_near_fastest([fastest, warm, slow]) is warm
+
+
+def test_among_warm_near_ties_the_plan_with_less_level2_traffic_wins() -> None:
+    # Devito 3D taping-free, both plans warm: every state to Level-2 (5.20 s predicted, 6.5 to
+    # 6.7 s measured) against store-all in Level-1, u_0 alone on Level-2 (5.26 s, 5.9 s)
+    every_state = plan(1, 5.20, transfers=770)
+    in_level1 = plan(583, 5.26, transfers=1)
+    assert cheapest_near_fastest([every_state, in_level1]) is in_level1
+    # faults still come first: warm memory beats less traffic
+    assert cheapest_near_fastest([every_state, plan(583, 5.26, 15.0, transfers=1)]) \
+        is every_state
+    # and traffic never outweighs a difference beyond the model's noise
+    assert cheapest_near_fastest([every_state, plan(583, 5.20 * (1 + 2 * NEAR_TIE), 0.0, 1)]) \
+        is every_state
 
 
 def test_a_clearly_faster_plan_is_taken_despite_its_faults() -> None:
