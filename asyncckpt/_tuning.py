@@ -60,6 +60,11 @@ class Plan:
     total_s: float
     transfers: int = 0
 
+    @property
+    def faults_s(self) -> float:
+        """What the next run pays to fault in fresh memory: ``total_s - warm_s``."""
+        return self.total_s - self.warm_s
+
 
 def fastest_once_warm(plans: Sequence[Plan]) -> Plan:
     """The plan fastest once memory is warm, faults aside (then the fewest slots): a first run's
@@ -89,8 +94,7 @@ def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan
         raise ValueError(f"near must be >= 0, got {near}")
     fastest = min(plan.warm_s for plan in plans)
     return min((plan for plan in plans if plan.warm_s <= fastest * (1 + near)),
-               key=lambda plan: (plan.total_s - plan.warm_s, plan.transfers, plan.warm_s,
-                                 plan.slots))
+               key=lambda plan: (plan.faults_s, plan.transfers, plan.warm_s, plan.slots))
 
 
 @dataclass

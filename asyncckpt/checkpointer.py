@@ -621,10 +621,11 @@ class AsyncCheckpointer:
             if self.n_timesteps is not None:
                 intervals.add(0)
             for interval in intervals:  # each priced once, the warm choice's baselines kept
+                transfers = (AsyncMultistage(tuner.n_steps, interval, slots).l2_states
+                             if interval else 0)
                 plans.append(Plan(slots, interval, choices[0],
                                   tuner.price(slots, interval, capacities, fresh=False),
-                                  tuner.price(slots, interval, capacities),
-                                  transfers=-(-tuner.n_steps // interval) if interval else 0))
+                                  tuner.price(slots, interval, capacities), transfers))
         if not plans:
             raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
                                     f"room on Level-2 {self.storage!r}")
@@ -646,7 +647,7 @@ class AsyncCheckpointer:
         self._use_slots(slots)
         self._stats.calibration = tuner.record(choice)
         self._stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
-                                       predicted_faults_s=plan.total_s - plan.warm_s)
+                                       predicted_faults_s=plan.faults_s)
         self._stats.l1_slots, self._stats.l1_bytes = self.l1_slots, self.l1_bytes
         if self._group is not None:
             self._group.same("the plan (l1_slots, interval; 0: Level-1 alone)",
