@@ -24,7 +24,7 @@ from typing import Any
 from schedules.model import (Costs, FreshMemory, IntervalChoice, Level2Tier, choose_interval,
                              predict_async_multistage, predict_revolve, predict_tiered)
 
-__all__ = ["CallFit", "IntervalTuner", "Plan", "NEAR_TIE", "fastest_once_warm",
+__all__ = ["CallFit", "RunMean", "IntervalTuner", "Plan", "NEAR_TIE", "RUN_DECAY", "fastest_once_warm",
            "cheapest_near_fastest", "agree_costs", "remembered", "remember", "forget_costs"]
 
 #: Plans predicted within this share of the fastest once memory is warm count as equally fast:
@@ -37,6 +37,13 @@ NEAR_TIE = 0.03
 #: 6.2 ms on a DRAM tier whose 385 reads in the next run averaged 1.2 ms), one that moved
 #: hundreds replaces it.
 PRIOR_TRANSFERS = 4
+
+
+#: What the runs before the last weigh in the compute costs (tf, tcall, tb, tc), each run half the
+#: next: on these machines a Devito step's cost moves by 15% from one gradient to the next (1.29
+#: to 1.73 ms), so the last run alone mispredicts the next by as much, and its split of a call's
+#: cost between tcall and tf swings more (tcall 0.06 to 0.5 ms) than a pooled fit's.
+RUN_DECAY = 0.5
 
 
 def _blend(known: float, seconds: float, count: int) -> float:
@@ -98,10 +105,26 @@ def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan
 
 
 @dataclass
-class CallFit:
-    """Least-squares fit of ``seconds = tcall + steps * tf`` over forward calls."""
+class RunMean:
+    """A mean over runs in which each earlier run weighs :data:`RUN_DECAY` times the next."""
 
-    calls: int = 0
+    value: float = 0.0
+    weight: float = 0.0
+
+    def add(self, value: float) -> float:
+        """Take one run's ``value`` in; return the mean."""
+        earlier = RUN_DECAY * self.weight
+        self.value = (earlier * self.value + value) / (earlier + 1)
+        self.weight = earlier + 1
+        return self.value
+
+
+@dataclass
+class CallFit:
+    """Least-squares fit of ``seconds = tcall + steps * tf`` over forward calls (weighted: see
+    :meth:`pooled`)."""
+
+    calls: float = 0.0
     steps: float = 0.0
     steps2: float = 0.0
     seconds: float = 0.0
@@ -117,6 +140,13 @@ class CallFit:
         self.cross += steps * seconds
         if len(self.lengths) < 2:
             self.lengths.add(steps)
+
+    def pooled(self, run: "CallFit") -> "CallFit":
+        """This fit's calls, each weighing :data:`RUN_DECAY` of what it did, with ``run``'s."""
+        return CallFit(RUN_DECAY * self.calls + run.calls, RUN_DECAY * self.steps + run.steps,
+                       RUN_DECAY * self.steps2 + run.steps2,
+                       RUN_DECAY * self.seconds + run.seconds, RUN_DECAY * self.cross + run.cross,
+                       set(sorted(self.lengths | run.lengths)[:2]))
 
     def fit(self) -> tuple[float, float] | None:
         """(tcall, tf), or None when every call had the same length (no way to tell them apart).
@@ -140,8 +170,8 @@ class IntervalTuner:
     """Measured costs of a checkpointer's runs and the schedule they call for.
 
     ``tw`` and ``tr`` start from a probe through the runtime's own I/O path at construction, ``tf``
-    and ``tcall`` from a probe of the first run's opening calls; every completed run replaces them
-    with what it measured.
+    and ``tcall`` from a probe of the first run's opening calls; every completed run revises them
+    with what it measured (see :meth:`learn`).
     """
 
     n_steps: int
@@ -164,6 +194,11 @@ class IntervalTuner:
     fault_s: float | None = None
     #: state buffers already faulted in that the next run can use
     warm_buffers: int = 0
+    #: the forward calls of the runs so far, and the means over runs of a reverse call's and a
+    #: copy's cost (see :data:`RUN_DECAY`)
+    forward_calls: CallFit = field(default_factory=CallFit)
+    adjoint: RunMean = field(default_factory=RunMean)
+    copy: RunMean = field(default_factory=RunMean)
 
     def costs(self) -> Costs:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
@@ -234,30 +269,33 @@ class IntervalTuner:
             self.tf, self.tcall = tf, max(short - tf, 0.0)
 
     def learn(self, stats: Any, fit: CallFit) -> None:
-        """Take tf and tcall (fitted over the run's forward calls), tb (time inside the reverse
-        operator), tc (the run's own copies) and tw and tr (time on the Level-2 path, contention
-        included, less the first touch of fresh pages) from a completed run's :class:`Stats`.
-        A tiered Level-2 learns each tier's tw and tr from its own transfers in the run. Transfer
-        costs are means over the run's transfers and what was known before
-        (:data:`PRIOR_TRANSFERS`), so a run that moved few states does not overturn them. The
-        price of fresh memory (``fault_s``) is revised the same way from the buffers the run
-        faulted in: the quiet probe at construction may find pages the process just freed, which
-        fault in several times faster than the memory a long run goes on to touch."""
-        fitted = fit.fit()
+        """Take tf and tcall (fitted over the forward calls of this run and the earlier ones),
+        tb (time inside the reverse operator), tc (copies) and tw and tr (time on the Level-2
+        path, contention included, less the first touch of fresh pages) from a completed run's
+        :class:`Stats`. The compute costs pool this run with the earlier ones, each weighing
+        :data:`RUN_DECAY` of the next. A tiered Level-2 learns each tier's tw and tr from its own
+        transfers in the run. Transfer costs are means over the run's transfers and what was
+        known before (:data:`PRIOR_TRANSFERS`), so a run that moved few states does not
+        overturn them. The price of fresh memory (``fault_s``) is revised the same way from the
+        buffers the run faulted in: the quiet probe at construction may find pages the process
+        just freed, which fault in several times faster than the memory a long run goes on to
+        touch."""
+        calls = self.forward_calls = self.forward_calls.pooled(fit)
+        fitted = calls.fit()
         if fitted is not None:
             self.tcall, self.tf = fitted
-        elif fit.calls and fit.steps:
+        elif calls.calls and calls.steps:
             # one call length only: keep the split between tcall and tf, rescale both
-            per_call = fit.seconds / fit.calls
-            length = fit.steps / fit.calls
+            per_call = calls.seconds / calls.calls
+            length = calls.steps / calls.calls
             old = self.tcall + length * (self.tf or 0.0)
             scale = per_call / old if old > 0 else 1.0
             self.tcall *= scale
             self.tf = max((self.tf or per_call / length) * scale, 1e-9)
         if stats.reverse_steps and self.tf is not None:
-            self.tb = self.tf + stats.reverse_compute_s / stats.reverse_steps
+            self.tb = self.tf + self.adjoint.add(stats.reverse_compute_s / stats.reverse_steps)
         if stats.copies:
-            self.tc = stats.copy_s / stats.copies
+            self.tc = self.copy.add(stats.copy_s / stats.copies)
         if self.tier_costs is not None and stats.l2_tiers:
             # each tier's transfers as they cost inside the run (a disk's sustained speed, not
             # the one state the probe wrote and read back at once)
@@ -300,6 +338,9 @@ def remembered(key: tuple[object, ...], tuner: IntervalTuner) -> IntervalTuner:
         return tuner
     return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,
                    tcall=known.tcall, runs=known.runs, fault_s=known.fault_s,
+                   forward_calls=replace(known.forward_calls,
+                                         lengths=set(known.forward_calls.lengths)),
+                   adjoint=replace(known.adjoint), copy=replace(known.copy),
                    tier_costs=known.tier_costs if known.tier_costs is not None
                    and tuner.tier_costs is not None
                    and len(known.tier_costs) == len(tuner.tier_costs) else tuner.tier_costs)
@@ -308,7 +349,9 @@ def remembered(key: tuple[object, ...], tuner: IntervalTuner) -> IntervalTuner:
 def remember(key: tuple[object, ...], tuner: IntervalTuner) -> None:
     """Keep ``tuner``'s measured costs for the next checkpointer under ``key``."""
     with _LOCK:
-        _MEMORY[key] = replace(tuner)
+        _MEMORY[key] = replace(tuner, forward_calls=replace(
+                                   tuner.forward_calls, lengths=set(tuner.forward_calls.lengths)),
+                               adjoint=replace(tuner.adjoint), copy=replace(tuner.copy))
 
 
 def forget_costs() -> None:

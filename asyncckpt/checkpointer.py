@@ -394,8 +394,10 @@ class AsyncCheckpointer:
         return capacities
 
     def _cost_key(self, fwd: object, rev: object, transfers: str) -> tuple[object, ...]:
-        """What the measured unit costs depend on: the operators' kinds, the state size, the
-        Level-2 device and the protocol."""
+        """What the measured unit costs depend on: the operators' kinds, the state size and the
+        Level-2 device. Not the protocol: a forward step, a reverse call and a copy cost the
+        same with taping and without, so a taping-free run after taping ones (or before) starts
+        from their reverse call's cost instead of guessing it."""
         def describe(storage: Storage) -> str:
             config = storage.get_config()
             return str(sorted(config.items())) if config else type(storage).__qualname__
@@ -403,7 +405,7 @@ class AsyncCheckpointer:
         tiers = self.storage.tiers if isinstance(self.storage, TieredStorage) else [self.storage]
         device = " then ".join(describe(tier) for tier in tiers)
         return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
-                type(rev).__qualname__, self.nbytes, device, transfers, self.taping)
+                type(rev).__qualname__, self.nbytes, device, transfers)
 
     def _nominal_n(self) -> int:
         """n for the model: the run's, or for runs of unknown length the last one's (at first,
@@ -629,6 +631,11 @@ class AsyncCheckpointer:
         if not plans:
             raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
                                     f"room on Level-2 {self.storage!r}")
+        if log.isEnabledFor(logging.DEBUG):
+            for plan in sorted(plans, key=lambda plan: plan.warm_s)[:6]:
+                log.debug("auto considers %d slots, I=%d: %.3f s warm, %.3f s of faults, "
+                          "%d Level-2 writes", plan.slots, plan.interval, plan.warm_s,
+                          plan.faults_s, plan.transfers)
         return cheapest_near_fastest(plans) if tuner.runs else fastest_once_warm(plans)
 
     def _choose(self, tuner: IntervalTuner) -> None:
@@ -643,6 +650,11 @@ class AsyncCheckpointer:
         if self._group is not None:
             agree_costs(tuner, self._group)
         plan = self._plan_for(tuner)
+        log.debug("auto: %d slots, %s, predicted %.3f s (%.3f s of faults), %d warm buffers, "
+                  "tf %.3g s, tb %.3g s, tcall %.3g s, tw %.3g s, tr %.3g s, fault %s s",
+                  plan.slots, f"I={plan.interval}" if plan.interval else "Level-1 alone",
+                  plan.total_s, plan.faults_s, tuner.warm_buffers, tuner.tf or 0.0,
+                  tuner.costs().tb, tuner.tcall, tuner.tw, tuner.tr, tuner.fault_s)
         slots, interval, choice = plan.slots, plan.interval, plan.choice
         self._use_slots(slots)
         self._stats.calibration = tuner.record(choice)
@@ -753,7 +765,7 @@ class AsyncCheckpointer:
         stats.device_bytes = self._link.device_bytes
         stats.copies = self._level1.copies + engine.copies
         stats.copy_s = self._level1.copy_s + engine.copy_s
-        stats.forward_calls = self._fit.calls
+        stats.forward_calls = int(self._fit.calls)
 
     def _run(self, until: type[EndForward] | type[EndReverse]) -> None:
         assert self._actions is not None

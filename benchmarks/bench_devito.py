@@ -107,13 +107,15 @@ def main() -> None:
                 stats = last_stats.pop("stats")
                 calibration = stats.calibration
                 runs[method].append({
-                    "interval": stats.interval, "recompute_factor": stats.recompute_factor,
+                    "interval": stats.interval, "l1_slots": stats.l1_slots,
+                    "recompute_factor": stats.recompute_factor,
                     "forward_compute_s": stats.forward_compute_s,
                     "reverse_compute_s": stats.reverse_compute_s, "copy_s": stats.copy_s,
                     "stall_s": stats.write_stall_s + stats.read_stall_s,
                     "overhead_s": stats.total_s - stats.forward_compute_s
                     - stats.reverse_compute_s - stats.copy_s,
                     "measured_over_predicted": calibration.get("measured_over_predicted", 0.0),
+                    "fresh_s": stats.fresh_s,
                 })
     median = {m: statistics.median(v) for m, v in times.items()}
     out: dict[str, Any] = {
@@ -132,6 +134,10 @@ def main() -> None:
         out[f"{method}_over_full_history"] = round(median[method] / median["full-history"], 3)
         # the last run: where the time went, once costs were learned
         out[f"{method}_last_run"] = {k: round(v, 3) for k, v in runs[method][-1].items()}
+        # each run's plan: (interval, 0 for Level-1 alone; slots; measured/predicted; faults)
+        out[f"{method}_plans"] = [[r["interval"], r["l1_slots"],
+                                   round(r["measured_over_predicted"], 2), round(r["fresh_s"], 1)]
+                                  for r in runs[method]]
     print(json.dumps(out))
 
 

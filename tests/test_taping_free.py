@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncckpt import AsyncCheckpointer
+from asyncckpt._tuning import forget_costs
 from asyncckpt.compat import Revolver, taping_from_environment
 from schedules import (
     Advance,
@@ -31,6 +32,7 @@ from schedules import (
 from schedules.model import Costs, choose_interval, predict_async_multistage, simulate_times
 from schedules.revolve import checkpoints_taken, optimal_forward_steps, untaped_forward_steps
 from workloads import Forward, Leapfrog, forward_reverse, store_all_reference
+from workloads import Reverse as ReverseOperator
 
 SHM = Path("/dev/shm")
 
@@ -277,3 +279,25 @@ def test_taping_must_be_a_bool() -> None:
     model = Leapfrog(5)
     with pytest.raises(TypeError, match="taping must be True or False, got 0"):
         AsyncCheckpointer(model, Forward(model), Forward(model), 5, l1_slots=2, taping=0)
+
+
+def test_a_taping_free_checkpointer_starts_from_what_taping_runs_measured() -> None:
+    # the same operators: a reverse call costs the same under either protocol, so the first
+    # taping-free run is neither probed nor priced with a guessed reverse step
+    n = 40
+    model = Leapfrog(n)
+    forget_costs()
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), ReverseOperator(model), n, l1_slots=3,
+                           taping=True) as taping:
+        forward_reverse(model, taping)
+        learned = taping.stats.calibration
+    assert taping.stats.probe_steps > 0 and learned["tb_measured"] is False
+    with AsyncCheckpointer(model, Forward(model), ReverseOperator(model), n, l1_slots=3,
+                           taping=False) as free:
+        for got, want in zip(forward_reverse(model, free), reference):
+            assert got.tobytes() == want.tobytes()
+        calibration = free.stats.calibration
+    assert free.stats.probe_steps == 0
+    assert calibration["tb_measured"] is True and calibration["learned_runs"] == 1
+    assert calibration["taping"] is False

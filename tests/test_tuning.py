@@ -2,10 +2,11 @@
 knew: pure functions of the numbers, no operators."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from asyncckpt._tuning import (NEAR_TIE, PRIOR_TRANSFERS, CallFit, IntervalTuner, Plan,
-                               cheapest_near_fastest, fastest_once_warm)
+from asyncckpt._tuning import (NEAR_TIE, PRIOR_TRANSFERS, RUN_DECAY, CallFit, IntervalTuner, Plan,
+                               RunMean, cheapest_near_fastest, fastest_once_warm)
 from asyncckpt.stats import Stats
 from schedules.model import Costs, choose_interval
 
@@ -118,3 +119,45 @@ def test_the_price_of_fresh_memory_is_learned_from_the_buffers_a_run_faulted_in(
                            taping=True, tw=1e-3, tr=1e-3, tc=1e-4, tf=1e-3)
     device.learn(stats, fit=CallFit())
     assert device.fault_s is None
+
+
+def calls_of(tcall: float, tf: float, lengths: list[int]) -> CallFit:
+    fit = CallFit()
+    for steps in lengths:
+        fit.add(steps, tcall + steps * tf)
+    return fit
+
+
+def test_compute_costs_pool_the_runs_each_earlier_one_weighing_half() -> None:
+    tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
+                          tw=1e-3, tr=1e-3, tc=1e-4, tf=1e-3)
+    # three gradients on a machine whose step cost moves by 15% between them (Devito 3D)
+    runs = [(5e-4, 1.73e-3, 3.0e-3, 0.8e-3), (1e-4, 1.29e-3, 3.5e-3, 0.6e-3),
+            (2e-4, 1.67e-3, 3.2e-3, 0.9e-3)]
+    lengths = [1, 1, 1, 2, 5, 1, 3]
+    for tcall, tf, adjoint, copy in runs:
+        stats = Stats()
+        stats.reverse_steps, stats.reverse_compute_s = 100, 100 * adjoint
+        stats.copies, stats.copy_s = 10, 10 * copy
+        tuner.learn(stats, fit=calls_of(tcall, tf, lengths))
+    # tf and tcall: least squares over every call, weighted 1/4, 1/2 and 1 by run
+    weights = [RUN_DECAY ** (len(runs) - 1 - k) for k in range(len(runs))]
+    x = np.array(lengths * len(runs), dtype=float)
+    y = np.array([tcall + steps * tf for tcall, tf, _, _ in runs for steps in lengths])
+    w = np.repeat(weights, len(lengths))
+    slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(w))
+    assert tuner.tf == pytest.approx(slope) and tuner.tcall == pytest.approx(intercept)
+    # the reverse call and the copy: the same weights
+    def mean(k: int) -> float:
+        return sum(wk * run[k] for wk, run in zip(weights, runs)) / sum(weights)
+
+    assert tuner.tb == pytest.approx(tuner.tf + mean(2))
+    assert tuner.tc == pytest.approx(mean(3))
+    assert tuner.runs == 3
+
+
+def test_a_run_mean_weighs_each_earlier_run_half_the_next() -> None:
+    mean = RunMean()
+    assert mean.add(3.0) == 3.0  # the first run alone
+    assert mean.add(6.0) == pytest.approx((RUN_DECAY * 3.0 + 6.0) / (RUN_DECAY + 1))
+    assert mean.weight == pytest.approx(RUN_DECAY + 1)
