@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schedules.model import (Costs, FreshMemory, IntervalChoice, Level2Tier, choose_interval,
                              predict_async_multistage, predict_revolve, predict_tiered)
 
-__all__ = ["CallFit", "RunMean", "IntervalTuner", "Plan", "NEAR_TIE", "RUN_DECAY", "fastest_once_warm",
-           "cheapest_near_fastest", "agree_costs", "remembered", "remember", "forget_costs"]
+__all__ = ["CallFit", "RunMean", "IntervalTuner", "Plan", "NEAR_TIE", "RUN_DECAY",
+           "fastest_once_warm", "cheapest_near_fastest", "agree_costs", "remembered", "remember",
+           "forget_costs"]
 
 #: Plans predicted within this share of the fastest once memory is warm count as equally fast:
 #: the model's prediction of one plan moves by 2 to 3% between runs here, so a smaller
@@ -197,8 +199,8 @@ class IntervalTuner:
     #: the forward calls of the runs so far, and the means over runs of a reverse call's and a
     #: copy's cost (see :data:`RUN_DECAY`)
     forward_calls: CallFit = field(default_factory=CallFit)
-    adjoint: RunMean = field(default_factory=RunMean)
-    copy: RunMean = field(default_factory=RunMean)
+    adjoint_mean: RunMean = field(default_factory=RunMean)
+    copy_mean: RunMean = field(default_factory=RunMean)
 
     def costs(self) -> Costs:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
@@ -293,9 +295,9 @@ class IntervalTuner:
             self.tcall *= scale
             self.tf = max((self.tf or per_call / length) * scale, 1e-9)
         if stats.reverse_steps and self.tf is not None:
-            self.tb = self.tf + self.adjoint.add(stats.reverse_compute_s / stats.reverse_steps)
+            self.tb = self.tf + self.adjoint_mean.add(stats.reverse_compute_s / stats.reverse_steps)
         if stats.copies:
-            self.tc = self.copy.add(stats.copy_s / stats.copies)
+            self.tc = self.copy_mean.add(stats.copy_s / stats.copies)
         if self.tier_costs is not None and stats.l2_tiers:
             # each tier's transfers as they cost inside the run (a disk's sustained speed, not
             # the one state the probe wrote and read back at once)
@@ -333,14 +335,13 @@ _MEMORY: dict[tuple[object, ...], IntervalTuner] = {}
 def remembered(key: tuple[object, ...], tuner: IntervalTuner) -> IntervalTuner:
     """``tuner`` with the costs the last run under ``key`` measured in this process, if any."""
     with _LOCK:
-        known = _MEMORY.get(key)
+        known = deepcopy(_MEMORY.get(key))
     if known is None:
         return tuner
     return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,
                    tcall=known.tcall, runs=known.runs, fault_s=known.fault_s,
-                   forward_calls=replace(known.forward_calls,
-                                         lengths=set(known.forward_calls.lengths)),
-                   adjoint=replace(known.adjoint), copy=replace(known.copy),
+                   forward_calls=known.forward_calls, adjoint_mean=known.adjoint_mean,
+                   copy_mean=known.copy_mean,
                    tier_costs=known.tier_costs if known.tier_costs is not None
                    and tuner.tier_costs is not None
                    and len(known.tier_costs) == len(tuner.tier_costs) else tuner.tier_costs)
@@ -349,9 +350,7 @@ def remembered(key: tuple[object, ...], tuner: IntervalTuner) -> IntervalTuner:
 def remember(key: tuple[object, ...], tuner: IntervalTuner) -> None:
     """Keep ``tuner``'s measured costs for the next checkpointer under ``key``."""
     with _LOCK:
-        _MEMORY[key] = replace(tuner, forward_calls=replace(
-                                   tuner.forward_calls, lengths=set(tuner.forward_calls.lengths)),
-                               adjoint=replace(tuner.adjoint), copy=replace(tuner.copy))
+        _MEMORY[key] = deepcopy(tuner)
 
 
 def forget_costs() -> None:
