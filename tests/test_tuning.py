@@ -148,6 +148,7 @@ def test_compute_costs_pool_the_runs_each_earlier_one_weighing_half() -> None:
     slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(w))
     assert tuner.tf == pytest.approx(slope) and tuner.tcall == pytest.approx(intercept)
     # the reverse call and the copy: the same weights
+
     def mean(k: int) -> float:
         return sum(wk * run[k] for wk, run in zip(weights, runs)) / sum(weights)
 
