@@ -631,12 +631,19 @@ class AsyncCheckpointer:
         if not plans:
             raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
                                     f"room on Level-2 {self.storage!r}")
+        chosen = cheapest_near_fastest(plans) if tuner.runs else fastest_once_warm(plans)
         if log.isEnabledFor(logging.DEBUG):
             for plan in sorted(plans, key=lambda plan: plan.warm_s)[:6]:
                 log.debug("auto considers %d slots, I=%d: %.3f s warm, %.3f s of faults, "
                           "%d Level-2 writes", plan.slots, plan.interval, plan.warm_s,
                           plan.faults_s, plan.transfers)
-        return cheapest_near_fastest(plans) if tuner.runs else fastest_once_warm(plans)
+            log.debug("auto: %d slots, %s, predicted %.3f s (%.3f s of faults), %d warm "
+                      "buffers, tf %.3g s, tb %.3g s, tcall %.3g s, tw %.3g s, tr %.3g s, "
+                      "fault %s s", chosen.slots,
+                      f"I={chosen.interval}" if chosen.interval else "Level-1 alone",
+                      chosen.total_s, chosen.faults_s, tuner.warm_buffers, tuner.tf or 0.0,
+                      tuner.costs().tb, tuner.tcall, tuner.tw, tuner.tr, tuner.fault_s)
+        return chosen
 
     def _choose(self, tuner: IntervalTuner) -> None:
         """Take the schedule the model predicts fastest once memory is warm, or after a first
@@ -650,11 +657,6 @@ class AsyncCheckpointer:
         if self._group is not None:
             agree_costs(tuner, self._group)
         plan = self._plan_for(tuner)
-        log.debug("auto: %d slots, %s, predicted %.3f s (%.3f s of faults), %d warm buffers, "
-                  "tf %.3g s, tb %.3g s, tcall %.3g s, tw %.3g s, tr %.3g s, fault %s s",
-                  plan.slots, f"I={plan.interval}" if plan.interval else "Level-1 alone",
-                  plan.total_s, plan.faults_s, tuner.warm_buffers, tuner.tf or 0.0,
-                  tuner.costs().tb, tuner.tcall, tuner.tw, tuner.tr, tuner.fault_s)
         slots, interval, choice = plan.slots, plan.interval, plan.choice
         self._use_slots(slots)
         self._stats.calibration = tuner.record(choice)

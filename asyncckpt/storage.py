@@ -135,11 +135,6 @@ class Storage(abc.ABC):
         self.close()
 
 
-def _fresh_buffer(nbytes: int) -> np.ndarray:
-    """A touched buffer for ``nbytes``: one a closed backend left in the pool, else new."""
-    return POOL.aligned(nbytes)
-
-
 def release_memory() -> int:
     """Return the DRAM that closed :class:`HostMemoryStorage` backends keep for reuse to the
     operating system; return how many bytes that was."""
@@ -168,7 +163,7 @@ class HostMemoryStorage(Storage):
 
     def _fresh(self, nbytes: int) -> np.ndarray:
         start = time.perf_counter()
-        buffer = _fresh_buffer(nbytes)
+        buffer = POOL.aligned(nbytes)  # one a closed backend left in the pool, else new
         elapsed = time.perf_counter() - start
         with self._lock:
             self.fresh_s += elapsed
