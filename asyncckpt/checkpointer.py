@@ -609,6 +609,7 @@ class AsyncCheckpointer:
         # pricing faults changes the choice only where a fault cost was measured
         pricings = (False, True) if tuner.fresh() is not None else (False,)
         plans: list[Plan] = []
+        seen: set[tuple[int, int]] = set()
         for slots in candidates:
             capacities = self._capacities(slots)
             try:
@@ -623,11 +624,20 @@ class AsyncCheckpointer:
             if self.n_timesteps is not None:
                 intervals.add(0)
             for interval in intervals:  # each priced once, the warm choice's baselines kept
-                transfers = (AsyncMultistage(tuner.n_steps, interval, slots).l2_states
+                used = slots
+                if budgeted and interval and not self._adaptive:
+                    # an interval's schedule is the same with more than I slots: the budget
+                    # they would take goes to the DRAM tier instead of sending states to disk
+                    used = min(slots, interval)
+                    if (used, interval) in seen:
+                        continue
+                seen.add((used, interval))
+                room = capacities if used == slots else self._capacities(used)
+                transfers = (AsyncMultistage(tuner.n_steps, interval, used).l2_states
                              if interval else 0)
-                plans.append(Plan(slots, interval, choices[0],
-                                  tuner.price(slots, interval, capacities, fresh=False),
-                                  tuner.price(slots, interval, capacities), transfers))
+                plans.append(Plan(used, interval, choices[0],
+                                  tuner.price(used, interval, room, fresh=False),
+                                  tuner.price(used, interval, room), transfers))
         if not plans:
             raise MemoryBudgetError(f"memory_budget={self.memory_budget} bytes leaves no "
                                     f"room on Level-2 {self.storage!r}")

@@ -69,6 +69,9 @@ def test_budgeted_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_
                     if dram:
                         held += ckp.storage.byte_limits[dram[0]] // buffer
             assert held <= buffers, (held, buffers)
+            if interval == "auto" and fixed is None and ckp.stats.interval:
+                # slots beyond an interval's length would do nothing but take the DRAM tier's
+                assert ckp.stats.l1_slots <= ckp.stats.interval, ckp.stats
 
 
 def test_a_budget_too_small_for_dram_level2_spills_everything(tmp_path: Path) -> None:
@@ -189,3 +192,25 @@ def test_a_fresh_process_stays_within_its_budget(disk_dir: Path) -> None:
     assert report["writes"][1] > 0, report  # it did spill to disk
     growth = report["peak"] - report["base"]
     assert growth <= budget + 4 * 2**20, (growth / 2**20, report)
+
+
+def test_an_interval_plan_leaves_the_slots_it_cannot_use_to_the_dram_tier(tmp_path: Path) -> None:
+    # a probe that finds the disk tier cheaper than DRAM (a page cache answering both) once made
+    # "auto" keep 389 slots for I = 2, which uses 2, and send 198 states to the disk instead of
+    # DRAM: the same schedule, priced a little lower only because the disk looked cheaper
+    n = 200
+    model = Leapfrog(n)
+    buffer = padded(check_descriptor(model))
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, interval="auto",
+                           storage=["dram", tmp_path], memory_budget=40 * buffer) as ckp:
+        tuner = ckp._tuner
+        assert tuner is not None
+        tuner.tf, tuner.tb, tuner.tcall, tuner.fault_s = 1e-3, 3e-3, 0.0, None
+        tuner.tier_costs = [(2e-3, 2e-3), (1e-4, 1e-4)]  # DRAM, then the "cheaper" disk
+        for got, want in zip(forward_reverse(model, ckp), reference):
+            assert got.tobytes() == want.tobytes()
+        stats = ckp.stats
+    assert stats.interval > 0 and stats.l1_slots <= stats.interval, (stats.interval,
+                                                                      stats.l1_slots)
+    assert stats.l2_tiers[0]["writes"] >= min(40 - 4 - stats.l1_slots, stats.l2_writes)
