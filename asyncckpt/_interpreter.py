@@ -63,17 +63,20 @@ class Level1:
         """Slots made so far (held and free): what a run reuses without new memory."""
         return len(self._free) + len(self.held)
 
-    def store(self, step: int, arrays: Sequence[np.ndarray]) -> None:
+    def store(self, step: int, arrays: Sequence[np.ndarray], nbytes: int) -> None:
+        """Copy u_step from ``arrays``, which hold ``nbytes`` bytes, into a slot."""
         slot = self.take()
         start = time.perf_counter()
         self.link.copy_out(arrays, slot)
         self.copy_s += time.perf_counter() - start
         self.copies += 1
         self.held[step] = slot
-        self.sizes[step] = sum(a.nbytes for a in arrays)
+        self.sizes[step] = nbytes
 
-    def load(self, step: int, arrays: Sequence[np.ndarray]) -> None:
-        check_size(step, self.sizes[step], arrays, "Level-1")
+    def load(self, step: int, arrays: Sequence[np.ndarray], nbytes: int) -> None:
+        """Copy u_step into ``arrays``, which hold ``nbytes`` bytes."""
+        if nbytes != self.sizes[step]:
+            check_size(step, self.sizes[step], arrays, "Level-1")
         start = time.perf_counter()
         self.link.copy_in(self.held[step], arrays)
         self.copy_s += time.perf_counter() - start
@@ -128,25 +131,29 @@ class Interpreter:
         self.level1 = level1
         self.group = group
         self.link = level1.link
-        self._returned: list[Any] = []  # what the descriptor last returned, as it returned it
+        # What the descriptor last returned, as it returned it: holding the objects keeps
+        # their ids from being reused, so equal ids mean the same arrays.
+        self._returned: list[Any] = []
+        self._returned_ids: list[int] = []
         self._known: list[np.ndarray] = []  # the same, checked (device arrays adapted)
+        self._known_nbytes = 0
 
     def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
         """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else
         ``get_data``), checked against its size and dtype once for as long as it keeps returning
-        the same array objects."""
+        the same array objects; their bytes are then in ``_known_nbytes``."""
         method = "get_data_location" if into else "get_data"
         arrays = getattr(self.checkpoint, method)(step)
-        returned = self._returned
-        if (isinstance(arrays, (list, tuple)) and len(arrays) == len(returned)
-                and all(a is b for a, b in zip(arrays, returned))):
+        if isinstance(arrays, (list, tuple)) and list(map(id, arrays)) == self._returned_ids:
             return self._known
         where = f"checkpoint.{method}({step})"
         adapted = (self.link.adapt(arrays) if isinstance(arrays, (list, tuple))
                    else arrays)
         self._known = check_arrays(adapted, self.nbytes, self.dtype, where, exact=False,
                                    device=self.link.device)
+        self._known_nbytes = sum(a.nbytes for a in self._known)
         self._returned = list(arrays)
+        self._returned_ids = list(map(id, self._returned))
         return self._known
 
     def run(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
@@ -172,14 +179,14 @@ class Interpreter:
                     end_call(mark, 0)
                     stats.reverse_steps += 1
                 case Load(step=step, tier=Tier.L1):
-                    level1.load(step, self.arrays(step, into=True))
+                    level1.load(step, self.arrays(step, into=True), self._known_nbytes)
                 case Load(step=step):
                     if not engine.load(step, self.arrays(step, into=True)):
                         self._recompute(step, stats)
                     if group is not None:
                         group.exchange()
                 case Store(step=step, tier=Tier.L1):
-                    level1.store(step, self.arrays(step, into=False))
+                    level1.store(step, self.arrays(step, into=False), self._known_nbytes)
                     stats.l1_peak_slots = max(stats.l1_peak_slots, len(level1.held))
                 case Store(step=step):
                     engine.store(step, self.arrays(step, into=False))

@@ -6,7 +6,7 @@ schedule costs O(number of actions).
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from ._args import check_bool, check_int
 from .actions import Action, Advance, EndForward, EndReverse, Free, Load, Reverse, Store, Tier
@@ -186,22 +186,32 @@ def forward_then_reverse(
     end = n_steps if taping else n_steps + 1
     actions = reverse_range(start, end, snaps, stored, live=start, taping=taping)
     if not taping:
-        actions = (a for a in actions if a != Reverse(n_steps))
+        actions = _without(actions, Reverse(n_steps))
     return mark_end_forward(actions, n_steps, then)
 
 
+def _without(actions: Iterator[Action], dropped: Action) -> Iterator[Action]:
+    """Yield ``actions`` less the first one equal to ``dropped`` (which occurs once)."""
+    for action in actions:
+        if action == dropped:
+            break
+        yield action
+    yield from actions
+
+
 def mark_end_forward(
-    actions: Iterator[Action], n_steps: int, then: tuple[Action, ...] = ()
+    actions: Iterable[Action], n_steps: int, then: tuple[Action, ...] = ()
 ) -> Iterator[Action]:
     """Yield ``actions`` with ``EndForward()`` and then ``then`` inserted after the first
     ``Advance`` that reaches ``u_n``: there the forward sweep ends and the reverse sweep begins."""
-    ended = False
+    actions = iter(actions)
     for action in actions:
         yield action
-        if not ended and type(action) is Advance and action.end == n_steps:
-            ended = True
+        if type(action) is Advance and action.end == n_steps:
             yield EndForward()
             yield from then
+            break
+    yield from actions  # the reverse sweep, delegated without a test per action
 
 
 class Revolve:
