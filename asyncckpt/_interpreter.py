@@ -137,13 +137,16 @@ class Interpreter:
         self._returned_ids: list[int] = []
         self._known: list[np.ndarray] = []  # the same, checked (device arrays adapted)
         self._known_nbytes = 0
+        self.descriptor_s = 0.0  # seconds inside the descriptor's calls
 
     def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
         """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else
         ``get_data``), checked against its size and dtype once for as long as it keeps returning
         the same array objects; their bytes are then in ``_known_nbytes``."""
         method = "get_data_location" if into else "get_data"
+        start = time.perf_counter()
         arrays = getattr(self.checkpoint, method)(step)
+        self.descriptor_s += time.perf_counter() - start
         if isinstance(arrays, (list, tuple)) and list(map(id, arrays)) == self._returned_ids:
             return self._known
         where = f"checkpoint.{method}({step})"

@@ -509,6 +509,7 @@ class AsyncCheckpointer:
                             device="host" if self.device is None else self.device.name)
         self._fit = CallFit()
         self._level1.copies, self._level1.copy_s = 0, 0.0
+        self._interpreter.descriptor_s = 0.0
         self._fresh_base = self.storage.fresh_s
         self._faults_base = POOL.faults()
         self._engine.reset_counters()
@@ -777,6 +778,7 @@ class AsyncCheckpointer:
         stats.device_bytes = self._link.device_bytes
         stats.copies = self._level1.copies + engine.copies
         stats.copy_s = self._level1.copy_s + engine.copy_s
+        stats.descriptor_s = self._interpreter.descriptor_s
         stats.forward_calls = int(self._fit.calls)
 
     def _run(self, until: type[EndForward] | type[EndReverse]) -> None:

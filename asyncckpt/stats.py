@@ -37,6 +37,9 @@ class Stats:
     copies, copy_s : int, float
         In-memory copies of a state on the caller's thread (stores and loads of Level-1 slots,
         staging copies, loads of prefetched states) and the seconds they took.
+    descriptor_s : float
+        Seconds inside the checkpoint's ``get_data`` and ``get_data_location``, called once per
+        copy (Devito's descriptor slices its time buffer in Python: tens of microseconds).
     l2_writes, l2_reads : int
         Level-2 transfers.
     bytes_written, bytes_read : int
@@ -95,6 +98,7 @@ class Stats:
     probe_steps: int = 0
     copies: int = 0
     copy_s: float = 0.0
+    descriptor_s: float = 0.0
     l2_writes: int = 0
     l2_reads: int = 0
     bytes_written: int = 0

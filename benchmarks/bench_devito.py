@@ -14,6 +14,15 @@ With ``--intervals 1,2,4`` each asyncckpt protocol also runs at those fixed inte
 (``ASYNCCKPT_INTERVAL``), and the line gives "auto" over the best of them, medians of the runs
 after each method's first.
 
+Where the time goes: the same process also times the gradient's parts alone, through the
+wavesolver's own operators (``quiet_s``: the forward sweep in one call and in one call per
+step, the reverse calls, a warm copy of the state). Their sum is what a checkpointed gradient
+cannot go below (``limit_s``: forward in one call, reverse calls, one warm copy per step, and
+with taping one more forward call per step), and each asyncckpt protocol's last run is split
+into the compute of its steps at those quiet costs, the compute beyond them inside the run,
+its copies, the checkpoint descriptor's calls, the runtime's own bookkeeping and what ran
+outside the checkpointer (``<method>_where``; they add up to the run's wall time).
+
 Usage: python benchmarks/bench_devito.py [--shape 81x81x81] [--nt 772] [--repeats 3]
        [--intervals 1,2,4]
 Needs the ``devito`` extra (``pip install -e '.[devito]'``).
@@ -38,6 +47,79 @@ def _problem(shape: tuple[int, ...], nt: int, space_order: int) -> Any:
     probe = acoustic_setup(shape=shape, spacing=spacing, tn=1.0, space_order=space_order, nbl=10)
     tn = probe.model.critical_dt * (nt - 1)
     return acoustic_setup(shape=shape, spacing=spacing, tn=tn, space_order=space_order, nbl=10)
+
+
+def _quiet_costs(solver: Any, rec: Any, nt: int, space_order: int,
+                 repeats: int) -> dict[str, float]:
+    """Median seconds of the gradient's parts alone, through the operators the wavesolver wraps
+    for checkpointing: the forward sweep in one call and in a call per step, the reverse in a
+    call per step, and one copy of the state into a buffer it was copied into before."""
+    from devito import CheckpointOperator, DevitoCheckpoint, Function, TimeFunction
+
+    from asyncckpt._buffers import aligned_buffer, copy_out
+
+    grid, n = solver.model.grid, nt - 2
+    u = TimeFunction(name="u", grid=grid, time_order=2, space_order=space_order)
+    v = TimeFunction(name="v", grid=grid, time_order=2, space_order=space_order)
+    grad = Function(name="grad", grid=grid)
+    params = solver.model.physical_params()
+    dt = solver.model.critical_dt
+    fwd = CheckpointOperator(solver.op_fwd(save=False), src=solver.geometry.src, u=u, dt=dt,
+                             **params)
+    rev = CheckpointOperator(solver.op_grad(save=False), u=u, v=v, rec=rec, dt=dt, grad=grad,
+                             **params)
+    state = DevitoCheckpoint([u]).get_data(0)
+    buffer = aligned_buffer(sum(a.nbytes for a in state))
+
+    def one_call() -> None:
+        fwd.apply(t_start=0, t_end=n)
+
+    def forward_calls() -> None:
+        for t in range(n):
+            fwd.apply(t_start=t, t_end=t + 1)
+
+    def reverse_calls() -> None:
+        for t in range(n - 1, -1, -1):
+            rev.apply(t_start=t, t_end=t + 1)
+
+    def copies() -> None:
+        for _ in range(100):
+            copy_out(state, buffer)
+
+    parts = {"forward_one_call": one_call, "forward_call_per_step": forward_calls,
+             "reverse_call_per_step": reverse_calls, "copy_100_warm": copies}
+    times: dict[str, list[float]] = {k: [] for k in parts}
+    for _ in range(repeats):
+        for name, part in parts.items():
+            start = time.perf_counter()
+            part()
+            times[name].append(time.perf_counter() - start)
+    quiet = {k: statistics.median(v) for k, v in times.items()}
+    quiet["copy_warm"] = quiet.pop("copy_100_warm") / 100
+    return quiet
+
+
+def _where(run: dict[str, float], quiet: dict[str, float], n: int) -> dict[str, float]:
+    """Split a run's wall time: its steps at their quiet costs (recomputed forward steps
+    apart), the compute beyond that inside the run, its copies, the runtime's bookkeeping and
+    what ran outside the checkpointer; the checkpoint descriptor's calls apart from the
+    runtime's bookkeeping."""
+    forward_step = quiet["forward_call_per_step"] / n
+    reverse_step = quiet["reverse_call_per_step"] / n
+    extra = run["forward_steps"] - n * (1 if run["taping_free"] else 2)  # beyond sweep and tape
+    at_quiet = run["forward_steps"] * forward_step + run["reverse_steps"] * reverse_step
+    compute = run["forward_compute_s"] + run["reverse_compute_s"]
+    parts = {
+        "steps_at_quiet_cost_s": at_quiet - extra * forward_step,
+        "recomputed_steps_at_quiet_cost_s": extra * forward_step,
+        "compute_beyond_quiet_s": compute - at_quiet,
+        "copies_s": run["copy_s"],
+        "copies_beyond_warm_s": run["copy_s"] - run["copies"] * quiet["copy_warm"],
+        "descriptor_s": run["descriptor_s"],
+        "runtime_s": run["total_s"] - compute - run["copy_s"] - run["descriptor_s"],
+        "outside_checkpointer_s": run["wall_s"] - run["total_s"],
+    }
+    return {k: round(v, 3) for k, v in parts.items()}
 
 
 def main() -> None:
@@ -108,6 +190,8 @@ def main() -> None:
     equal = {m: True for m in methods}
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in methods if "asyncckpt" in m}
     reference = None
+    quiet = _quiet_costs(solver, rec, args.nt, args.space_order, args.repeats)
+    n = args.nt - 2
     for _ in range(args.repeats):
         for method in methods:
             seconds, grad = gradient(method)
@@ -128,6 +212,10 @@ def main() -> None:
                     - stats.reverse_compute_s - stats.copy_s,
                     "measured_over_predicted": calibration.get("measured_over_predicted", 0.0),
                     "fresh_s": stats.fresh_s,
+                    "forward_steps": stats.forward_steps, "reverse_steps": stats.reverse_steps,
+                    "copies": stats.copies, "descriptor_s": stats.descriptor_s,
+                    "total_s": stats.total_s, "wall_s": seconds,
+                    "taping_free": not stats.taping,
                 })
     median = {m: statistics.median(v) for m, v in times.items()}
     out: dict[str, Any] = {
@@ -137,7 +225,13 @@ def main() -> None:
         # every run in order: the first gradients of a process pay for fresh memory
         "runs_s": {m: [round(t, 2) for t in v] for m, v in times.items()},
         "bitwise_equal_to_full_history": equal,
+        "quiet_s": {k: float(f"{v:.4g}") for k, v in quiet.items()},
     }
+    warm_copies = n * quiet["copy_warm"]
+    limit = {"asyncckpt-taping-free": quiet["forward_one_call"]
+             + quiet["reverse_call_per_step"] + warm_copies}
+    limit["asyncckpt-taping"] = limit["asyncckpt-taping-free"] + quiet["forward_call_per_step"]
+    out["limit_s"] = {m: round(v, 3) for m, v in limit.items()}
     # "auto" against fixed intervals once memory is warm: "auto" runs first, so its first
     # gradient faults in the memory that every fixed interval's first gradient then reuses
     warm = {m: statistics.median(v[1:] or v) for m, v in times.items()}
@@ -152,8 +246,11 @@ def main() -> None:
             out[f"pyrevolve{args.pyrevolve_slots}_over_{method}"] = round(
                 median["pyrevolve-slots"] / median[method], 3)
         out[f"{method}_over_full_history"] = round(median[method] / median["full-history"], 3)
+        out[f"{method}_over_limit"] = round(median[method] / limit[method], 3)
         # the last run: where the time went, once costs were learned
-        out[f"{method}_last_run"] = {k: round(v, 3) for k, v in runs[method][-1].items()}
+        last = runs[method][-1]
+        out[f"{method}_last_run"] = {k: round(float(v), 3) for k, v in last.items()}
+        out[f"{method}_where"] = _where(last, quiet, n)
         # each run's plan: (interval, 0 for Level-1 alone; slots; measured/predicted; faults)
         out[f"{method}_plans"] = [[r["interval"], r["l1_slots"],
                                    round(r["measured_over_predicted"], 2), round(r["fresh_s"], 1)]
