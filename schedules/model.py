@@ -15,6 +15,7 @@ taping steps (see :func:`schedules.revolve.untaped_forward_steps`).
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Iterable, Sequence
@@ -106,6 +107,7 @@ class _Counts:
                 + self.copies * costs.tc)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # "auto" prices thousands of plans over few ranges
 def _range_counts(length: int, snaps: int, taping: bool, *, reaches_end: bool) -> _Counts:
     """Counts of :func:`schedules.revolve.reverse_range` over ``length`` steps from a stored start
     (or of :func:`~schedules.revolve.forward_then_reverse` with ``reaches_end``: the live state
@@ -165,13 +167,21 @@ def predict_async_multistage(n_steps: int, interval: int, l1_slots: int, costs: 
     n = check_int("n_steps", n_steps, 1)
     interval = check_int("interval", interval, 1, n)
     l1_slots = check_int("l1_slots", l1_slots, 1)
+    return _async_multistage(n, interval, l1_slots, costs, costs.tw, costs.tr, staging_buffers,
+                             taping)
+
+
+def _async_multistage(n: int, interval: int, l1_slots: int, costs: Costs, tw: float, tr: float,
+                      staging_buffers: int, taping: bool) -> Prediction:
+    """:func:`predict_async_multistage` of checked arguments, with the Level-2 costs ``tw`` and
+    ``tr`` in place of those of ``costs`` (a tier's)."""
     snaps = l1_slots + 1
     count = math.ceil(n / interval)
     last = n - (count - 1) * interval
     level2_stores = count - 1 + (last > 1 or not taping)
     compute_fwd = costs.advance(interval) + costs.tc
     write_bound = max(0, level2_stores - staging_buffers)
-    write_stall = max(0.0, costs.tw - compute_fwd) * write_bound
+    write_stall = max(0.0, tw - compute_fwd) * write_bound
     forward = (count - 1) * costs.advance(interval) + last * costs.tf + level2_stores * costs.tc \
         + write_stall
 
@@ -180,9 +190,9 @@ def predict_async_multistage(n_steps: int, interval: int, l1_slots: int, costs: 
     full_s = full.seconds(costs, interval)
     last_s = last_counts.seconds(costs, last) - last * costs.tf  # its forward part is above
     # the first prefetch waits behind the writes still queued at the end of the forward sweep
-    queued = min(staging_buffers, count) * max(0.0, costs.tw - compute_fwd) if count > 1 else 0.0
-    read_stall = max(0.0, queued + costs.tr - last_s) if count > 1 else 0.0
-    read_stall += max(0.0, costs.tr - full_s) * max(0, count - 2)
+    queued = min(staging_buffers, count) * max(0.0, tw - compute_fwd) if count > 1 else 0.0
+    read_stall = max(0.0, queued + tr - last_s) if count > 1 else 0.0
+    read_stall += max(0.0, tr - full_s) * max(0, count - 2)
     reverse = last_s + (count - 1) * full_s + read_stall
     steps = (count - 1) * (interval + full.steps) + last_counts.steps
     return Prediction("async-multistage", forward + reverse, forward, reverse, steps,
@@ -383,16 +393,27 @@ def predict_tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
     InvalidValueError
         If the tiers cannot hold the schedule's Level-2 states.
     """
+    n_steps = check_int("n_steps", n_steps, 1)
+    interval = check_int("interval", interval, 1, n_steps)
+    l1_slots = check_int("l1_slots", l1_slots, 1)
     faults = 0.0
     if fresh is not None:
         slots = min(l1_slots, interval)
         faults = fresh.slots_s(slots)
         tiers = fresh.split(tiers, slots)
+    return _tiered(n_steps, interval, l1_slots, costs, tiers, staging_buffers, taping, faults)
+
+
+def _tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
+            tiers: Sequence[Level2Tier], staging_buffers: int, taping: bool,
+            faults: float) -> Prediction:
+    """:func:`predict_tiered` of checked arguments, the tiers already split by
+    :meth:`FreshMemory.split` and the slots' ``faults`` priced."""
     stores = math.ceil(n_steps / interval)
     shares = _tier_shares(stores, tiers)
-    parts = [(taken / stores, predict_async_multistage(
-        n_steps, interval, l1_slots, replace(costs, tw=tier.tw, tr=tier.tr),
-        staging_buffers=staging_buffers, taping=taping)) for tier, taken in shares]
+    parts = [(taken / stores, _async_multistage(n_steps, interval, l1_slots, costs, tier.tw,
+                                                tier.tr, staging_buffers, taping))
+             for tier, taken in shares]
     first = parts[0][1]
     return Prediction(
         "async_multistage_tiered",
@@ -435,15 +456,21 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     candidates.add(n)
     if tiers is None and fresh is not None:
         tiers = [Level2Tier(None, costs.tw, costs.tr)]
+    # the tiers as the faults of the slots an interval uses (at most I) leave them
+    split: dict[int, tuple[float, Sequence[Level2Tier]]] = {}
     best_interval, best = 0, None
     for interval in sorted(candidates):
         if tiers is None:
-            prediction = predict_async_multistage(n, interval, l1_slots, costs,
-                                                  staging_buffers=staging_buffers, taping=taping)
+            prediction = _async_multistage(n, interval, l1_slots, costs, costs.tw, costs.tr,
+                                           staging_buffers, taping)
         elif tiers_hold(n, interval, tiers):
-            prediction = predict_tiered(n, interval, l1_slots, costs, tiers,
-                                        staging_buffers=staging_buffers, taping=taping,
-                                        fresh=fresh)
+            slots = min(l1_slots, interval)
+            if slots not in split:
+                split[slots] = ((0.0, tiers) if fresh is None
+                                else (fresh.slots_s(slots), fresh.split(tiers, slots)))
+            faults, held = split[slots]
+            prediction = _tiered(n, interval, l1_slots, costs, held, staging_buffers, taping,
+                                 faults)
         else:
             continue
         if best is None or prediction.total_s < best.total_s * (1 - 1e-12):
