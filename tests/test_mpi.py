@@ -82,7 +82,7 @@ def test_devito_mpi_gradient_equals_its_full_history_on_every_rank(tmp_path, bud
     """Devito's acoustic gradient under DEVITO_MPI=1 on 2 ranks, unmodified but for the
     Revolver, on its default path: every rank's part equals Devito's own full-history MPI
     gradient bit for bit, twice. The default budget holds every state in Level-1; 512 KiB
-    sends them through Level-2."""
+    sends the first gradient's through Level-2."""
     pytest.importorskip("devito")
     pytest.importorskip("examples.seismic.acoustic")
     if shutil.which("mpicc", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}") is None:
@@ -97,4 +97,6 @@ def test_devito_mpi_gradient_equals_its_full_history_on_every_rank(tmp_path, bud
         assert all(collective for collective, _, _ in result["plans"])
     assert results[0]["plans"] == results[1]["plans"]
     if budget is not None:
-        assert all(interval > 0 for _, interval, _ in results[0]["plans"])  # through Level-2
+        # the first gradient goes through Level-2; the next may keep to Level-1 once a run
+        # has priced the copies beside the I/O thread
+        assert results[0]["plans"][0][1] > 0

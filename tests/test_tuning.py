@@ -162,3 +162,27 @@ def test_a_run_mean_weighs_each_earlier_run_half_the_next() -> None:
     assert mean.add(3.0) == 3.0  # the first run alone
     assert mean.add(6.0) == pytest.approx((RUN_DECAY * 3.0 + 6.0) / (RUN_DECAY + 1))
     assert mean.weight == pytest.approx(RUN_DECAY + 1)
+
+
+def test_copies_beside_background_transfers_are_priced_apart_for_plans_with_level2() -> None:
+    # Devito 3D: a 10 MiB copy took 0.6 ms in Level-1 alone and 1.2 ms beside the I/O thread
+    tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
+                          tw=1e-3, tr=1e-3, tc=6e-4, tf=1e-3)
+    quiet_interval = tuner.price(4, 10)
+    busy = Stats(copies=100, copy_s=0.12, l2_writes=10)
+    tuner.learn(busy, fit=CallFit())
+    assert tuner.tc == 6e-4 and tuner.tc_busy == pytest.approx(1.2e-3)
+    assert tuner.costs().tc == 6e-4 and tuner.costs(busy=True).tc == pytest.approx(1.2e-3)
+    # the interval plan pays its copies at the busy cost, Revolve in Level-1 at the quiet one
+    assert tuner.price(4, 10) > quiet_interval
+    assert tuner.price(4, 0) == pytest.approx(
+        IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
+                      tw=1e-3, tr=1e-3, tc=6e-4, tf=1e-3).price(4, 0))
+    # a run without Level-2 traffic revises the quiet cost only
+    tuner.learn(Stats(copies=100, copy_s=0.05), fit=CallFit())
+    assert tuner.tc == pytest.approx(5e-4) and tuner.tc_busy == pytest.approx(1.2e-3)
+    # inline transfers run on the caller's thread, beside nothing: their copies are quiet ones
+    inline = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=True, taping=True,
+                           tw=1e-5, tr=1e-5, tc=6e-4, tf=1e-3)
+    inline.learn(busy, fit=CallFit())
+    assert inline.tc_busy is None and inline.tc == pytest.approx(1.2e-3)
