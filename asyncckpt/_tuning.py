@@ -306,7 +306,9 @@ class IntervalTuner:
             self.tb = self.tf + self.adjoint_mean.add(stats.reverse_compute_s / stats.reverse_steps)
         if stats.copies:
             copy = stats.copy_s / stats.copies
-            if stats.l2_writes and not self.inline:
+            # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread
+            # works beside the copies for most of the run
+            if stats.l2_writes > self.staging_buffers and not self.inline:
                 self.tc_busy = self.busy_copy_mean.add(copy)
             else:
                 self.tc = self.copy_mean.add(copy)

@@ -178,8 +178,11 @@ def test_copies_beside_background_transfers_are_priced_apart_for_plans_with_leve
     assert tuner.price(4, 0) == pytest.approx(
         IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
                       tw=1e-3, tr=1e-3, tc=6e-4, tf=1e-3).price(4, 0))
-    # a run without Level-2 traffic revises the quiet cost only
+    # a run without Level-2 traffic revises the quiet cost only, as does one whose writes the
+    # staging buffers absorbed (u_0 alone on Level-2)
     tuner.learn(Stats(copies=100, copy_s=0.05), fit=CallFit())
+    assert tuner.tc == pytest.approx(5e-4) and tuner.tc_busy == pytest.approx(1.2e-3)
+    tuner.learn(Stats(copies=100, copy_s=0.05, l2_writes=1), fit=CallFit())
     assert tuner.tc == pytest.approx(5e-4) and tuner.tc_busy == pytest.approx(1.2e-3)
     # inline transfers run on the caller's thread, beside nothing: their copies are quiet ones
     inline = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=True, taping=True,
