@@ -101,9 +101,8 @@ def _quiet_costs(solver: Any, rec: Any, nt: int, space_order: int,
 
 def _where(run: dict[str, float], quiet: dict[str, float], n: int) -> dict[str, float]:
     """Split a run's wall time: its steps at their quiet costs (recomputed forward steps
-    apart), the compute beyond that inside the run, its copies, the runtime's bookkeeping and
-    what ran outside the checkpointer; the checkpoint descriptor's calls apart from the
-    runtime's bookkeeping."""
+    apart), the compute beyond that inside the run, its copies, the checkpoint descriptor's
+    calls, the runtime's own bookkeeping and what ran outside the checkpointer."""
     forward_step = quiet["forward_call_per_step"] / n
     reverse_step = quiet["reverse_call_per_step"] / n
     extra = run["forward_steps"] - n * (1 if run["taping_free"] else 2)  # beyond sweep and tape

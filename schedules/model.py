@@ -396,19 +396,18 @@ def predict_tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
     n_steps = check_int("n_steps", n_steps, 1)
     interval = check_int("interval", interval, 1, n_steps)
     l1_slots = check_int("l1_slots", l1_slots, 1)
+    return _tiered(n_steps, interval, l1_slots, costs, tiers, staging_buffers, taping, fresh)
+
+
+def _tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
+            tiers: Sequence[Level2Tier], staging_buffers: int, taping: bool,
+            fresh: FreshMemory | None) -> Prediction:
+    """:func:`predict_tiered` of checked arguments."""
     faults = 0.0
     if fresh is not None:
         slots = min(l1_slots, interval)
         faults = fresh.slots_s(slots)
         tiers = fresh.split(tiers, slots)
-    return _tiered(n_steps, interval, l1_slots, costs, tiers, staging_buffers, taping, faults)
-
-
-def _tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
-            tiers: Sequence[Level2Tier], staging_buffers: int, taping: bool,
-            faults: float) -> Prediction:
-    """:func:`predict_tiered` of checked arguments, the tiers already split by
-    :meth:`FreshMemory.split` and the slots' ``faults`` priced."""
     stores = math.ceil(n_steps / interval)
     shares = _tier_shares(stores, tiers)
     parts = [(taken / stores, _async_multistage(n_steps, interval, l1_slots, costs, tier.tw,
@@ -456,21 +455,14 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     candidates.add(n)
     if tiers is None and fresh is not None:
         tiers = [Level2Tier(None, costs.tw, costs.tr)]
-    # the tiers as the faults of the slots an interval uses (at most I) leave them
-    split: dict[int, tuple[float, Sequence[Level2Tier]]] = {}
     best_interval, best = 0, None
     for interval in sorted(candidates):
         if tiers is None:
             prediction = _async_multistage(n, interval, l1_slots, costs, costs.tw, costs.tr,
                                            staging_buffers, taping)
         elif tiers_hold(n, interval, tiers):
-            slots = min(l1_slots, interval)
-            if slots not in split:
-                split[slots] = ((0.0, tiers) if fresh is None
-                                else (fresh.slots_s(slots), fresh.split(tiers, slots)))
-            faults, held = split[slots]
-            prediction = _tiered(n, interval, l1_slots, costs, held, staging_buffers, taping,
-                                 faults)
+            prediction = _tiered(n, interval, l1_slots, costs, tiers, staging_buffers, taping,
+                                 fresh)
         else:
             continue
         if best is None or prediction.total_s < best.total_s * (1 - 1e-12):
