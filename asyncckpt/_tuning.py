@@ -54,6 +54,20 @@ def _blend(known: float, seconds: float, count: int) -> float:
     return (PRIOR_TRANSFERS * known + seconds) / (PRIOR_TRANSFERS + count)
 
 
+def _fitted(calls: CallFit, tcall: float, tf: float | None) -> tuple[float, float]:
+    """(tcall, tf) from forward ``calls`` (of at least one step): their least-squares fit, or
+    where every call had the same length, the known ``tcall`` and ``tf`` rescaled to the calls'
+    mean, their split kept."""
+    fitted = calls.fit()
+    if fitted is not None:
+        return fitted
+    per_call = calls.seconds / calls.calls
+    length = calls.steps / calls.calls
+    old = tcall + length * (tf or 0.0)
+    scale = per_call / old if old > 0 else 1.0
+    return tcall * scale, max((tf or per_call / length) * scale, 1e-9)
+
+
 @dataclass(frozen=True)
 class Plan:
     """One schedule "auto" may run: ``interval`` (0: Revolve in the Level-1 slots alone) with
@@ -201,25 +215,40 @@ class IntervalTuner:
     forward_calls: CallFit = field(default_factory=CallFit)
     adjoint_mean: RunMean = field(default_factory=RunMean)
     copy_mean: RunMean = field(default_factory=RunMean)
-    #: a copy's cost in runs whose Level-2 transfers ran on the I/O thread beside it (None:
-    #: none measured yet), and its mean over those runs
+    #: the same costs (tf, tcall, tb, tc) in runs whose Level-2 transfers ran on the I/O
+    #: thread beside the compute (None: none measured yet), the forward calls and means they
+    #: come from, and how many such runs there were
+    tf_busy: float | None = None
+    tcall_busy: float | None = None
+    tb_busy: float | None = None
     tc_busy: float | None = None
+    busy_calls: CallFit = field(default_factory=CallFit)
+    busy_adjoint_mean: RunMean = field(default_factory=RunMean)
     busy_copy_mean: RunMean = field(default_factory=RunMean)
+    busy_runs: int = 0
 
     def costs(self, *, busy: bool = False) -> Costs:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
-        cost of a store or load instead of overlapping. Until a reverse sweep has been timed, a
-        reverse step (taping step included) is taken as two forward steps. ``busy``: the costs
-        of a plan with Level-2 transfers, whose copies run beside the I/O thread's checksums
-        and reads (measured on Devito 3D: 1.2 ms a 10 MiB copy, against 0.6 ms in Level-1
-        alone), once a run has measured them."""
+        cost of a store or load instead of overlapping. ``busy``: the costs of a plan with
+        Level-2 transfers, whose steps and copies run beside the I/O thread's checksums and
+        reads, as runs with them measured (Devito 3D: a 10 MiB copy took 1.2 ms there against
+        0.6 ms in Level-1 alone, a forward step 1.45 to 1.51 ms against 1.22); each cost is
+        taken from the other kind of run until one of this kind has measured it. Until a
+        reverse sweep has been timed, a reverse step (taping step included) is taken as two
+        forward steps."""
         assert self.tf is not None
-        tb = self.tb if self.tb is not None else 2 * self.tf
+        quiet = (self.tf, self.tcall, None if self.tb is None else self.tb - self.tf, self.tc)
+        beside = (self.tf_busy, self.tcall_busy,
+                  None if self.tb_busy is None or self.tf_busy is None
+                  else self.tb_busy - self.tf_busy, self.tc_busy)
+        first, then = (beside, quiet) if busy and not self.inline else (quiet, beside)
+        tf, tcall, adjoint, tc = (a if a is not None else b for a, b in zip(first, then))
+        assert tf is not None and tcall is not None and tc is not None
+        tb = tf + (adjoint if adjoint is not None else tf)
         if self.inline:
-            return Costs(tf=self.tf, tb=tb, tw=0.0, tr=0.0, tc=self.tc + (self.tw + self.tr) / 2,
-                         tcall=self.tcall)
-        tc = self.tc_busy if busy and self.tc_busy is not None else self.tc
-        return Costs(tf=self.tf, tb=tb, tw=self.tw, tr=self.tr, tc=tc, tcall=self.tcall)
+            return Costs(tf=tf, tb=tb, tw=0.0, tr=0.0, tc=tc + (self.tw + self.tr) / 2,
+                         tcall=tcall)
+        return Costs(tf=tf, tb=tb, tw=self.tw, tr=self.tr, tc=tc, tcall=tcall)
 
     def fresh(self, priced: bool = True) -> FreshMemory | None:
         """The price of fresh memory, or None where it is not priced (or ``priced`` is False)."""
@@ -290,28 +319,29 @@ class IntervalTuner:
         buffers the run faulted in: the quiet probe at construction may find pages the process
         just freed, which fault in several times faster than the memory a long run goes on to
         touch."""
-        calls = self.forward_calls = self.forward_calls.pooled(fit)
-        fitted = calls.fit()
-        if fitted is not None:
-            self.tcall, self.tf = fitted
-        elif calls.calls and calls.steps:
-            # one call length only: keep the split between tcall and tf, rescale both
-            per_call = calls.seconds / calls.calls
-            length = calls.steps / calls.calls
-            old = self.tcall + length * (self.tf or 0.0)
-            scale = per_call / old if old > 0 else 1.0
-            self.tcall *= scale
-            self.tf = max((self.tf or per_call / length) * scale, 1e-9)
-        if stats.reverse_steps and self.tf is not None:
-            self.tb = self.tf + self.adjoint_mean.add(stats.reverse_compute_s / stats.reverse_steps)
-        if stats.copies:
-            copy = stats.copy_s / stats.copies
-            # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread
-            # works beside the copies for most of the run
-            if stats.l2_writes > self.staging_buffers and not self.inline:
-                self.tc_busy = self.busy_copy_mean.add(copy)
-            else:
-                self.tc = self.copy_mean.add(copy)
+        # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread works
+        # beside the compute and the copies for most of the run
+        if stats.l2_writes > self.staging_buffers and not self.inline:
+            self.busy_calls = self.busy_calls.pooled(fit)
+            if self.busy_calls.steps:
+                self.tcall_busy, self.tf_busy = _fitted(
+                    self.busy_calls, self.tcall if self.tcall_busy is None else self.tcall_busy,
+                    self.tf if self.tf_busy is None else self.tf_busy)
+            if stats.reverse_steps and self.tf_busy is not None:
+                self.tb_busy = self.tf_busy + self.busy_adjoint_mean.add(
+                    stats.reverse_compute_s / stats.reverse_steps)
+            if stats.copies:
+                self.tc_busy = self.busy_copy_mean.add(stats.copy_s / stats.copies)
+            self.busy_runs += 1
+        else:
+            self.forward_calls = self.forward_calls.pooled(fit)
+            if self.forward_calls.steps:
+                self.tcall, self.tf = _fitted(self.forward_calls, self.tcall, self.tf)
+            if stats.reverse_steps and self.tf is not None:
+                self.tb = self.tf + self.adjoint_mean.add(
+                    stats.reverse_compute_s / stats.reverse_steps)
+            if stats.copies:
+                self.tc = self.copy_mean.add(stats.copy_s / stats.copies)
         if self.tier_costs is not None and stats.l2_tiers:
             # each tier's transfers as they cost inside the run (a disk's sustained speed, not
             # the one state the probe wrote and read back at once)
@@ -332,7 +362,8 @@ class IntervalTuner:
         costs = self.costs()
         return {
             "tf_s": costs.tf, "tb_s": costs.tb, "tcall_s": costs.tcall, "tw_s": self.tw,
-            "tr_s": self.tr, "tc_s": self.tc, "tc_busy_s": self.tc_busy,
+            "tr_s": self.tr, "tc_s": self.tc, "tf_busy_s": self.tf_busy,
+            "tcall_busy_s": self.tcall_busy, "tb_busy_s": self.tb_busy, "tc_busy_s": self.tc_busy,
             "tb_measured": self.tb is not None,
             "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",
             "taping": self.taping, "interval": choice.interval,
@@ -356,8 +387,10 @@ def remembered(key: tuple[object, ...], tuner: IntervalTuner) -> IntervalTuner:
     return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,
                    tcall=known.tcall, runs=known.runs, fault_s=known.fault_s,
                    forward_calls=known.forward_calls, adjoint_mean=known.adjoint_mean,
-                   copy_mean=known.copy_mean, tc_busy=known.tc_busy,
-                   busy_copy_mean=known.busy_copy_mean,
+                   copy_mean=known.copy_mean, tf_busy=known.tf_busy,
+                   tcall_busy=known.tcall_busy, tb_busy=known.tb_busy, tc_busy=known.tc_busy,
+                   busy_calls=known.busy_calls, busy_adjoint_mean=known.busy_adjoint_mean,
+                   busy_copy_mean=known.busy_copy_mean, busy_runs=known.busy_runs,
                    tier_costs=known.tier_costs if known.tier_costs is not None
                    and tuner.tier_costs is not None
                    and len(known.tier_costs) == len(tuner.tier_costs) else tuner.tier_costs)
@@ -380,7 +413,8 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     :class:`~asyncckpt._mpi.RankGroup`): the slowest rank sets the pace of all, since every
     operator call waits for it."""
     mine = (tuner.tf, tuner.tb, tuner.tcall, tuner.tw, tuner.tr, tuner.tc, tuner.tier_costs,
-            tuner.fault_s, tuner.warm_buffers, tuner.tc_busy)
+            tuner.fault_s, tuner.warm_buffers, tuner.tc_busy, tuner.tf_busy, tuner.tcall_busy,
+            tuner.tb_busy)
     every = group.exchange(mine)
 
     def largest(values: list[float | None]) -> float | None:
@@ -393,7 +427,8 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     # the slowest faults and the fewest warm buffers: every rank waits for the one paying most
     tuner.fault_s = largest([c[7] for c in every])
     tuner.warm_buffers = min(c[8] for c in every)
-    tuner.tc_busy = largest([c[9] for c in every])
+    tuner.tc_busy, tuner.tf_busy, tuner.tcall_busy, tuner.tb_busy = (
+        largest([c[k] for c in every]) for k in (9, 10, 11, 12))
     if tuner.tier_costs is not None:
         tuner.tier_costs = [
             (max(c[6][i][0] for c in every), max(c[6][i][1] for c in every))

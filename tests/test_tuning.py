@@ -164,6 +164,42 @@ def test_a_run_mean_weighs_each_earlier_run_half_the_next() -> None:
     assert mean.weight == pytest.approx(RUN_DECAY + 1)
 
 
+def test_steps_beside_background_transfers_are_priced_apart_for_plans_with_level2() -> None:
+    # Devito 3D: a forward step took 1.22 ms in Level-1 alone and 1.45 to 1.51 ms beside one
+    # Level-2 transfer per step; pooled, I = 1 looked as fast as Level-1 alone and ran 26% slower
+    def quiet_tuner() -> IntervalTuner:
+        return IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False,
+                             taping=False, tw=1e-3, tr=1e-3, tc=6e-4, tf=1.2e-3)
+
+    tuner = quiet_tuner()
+    quiet = Stats(copies=100, copy_s=0.06, reverse_steps=100, reverse_compute_s=0.25)
+    tuner.learn(quiet, fit=calls_of(1e-4, 1.2e-3, [1, 10]))
+    before = {interval: tuner.price(4, interval) for interval in (0, 10)}
+    busy = Stats(copies=100, copy_s=0.12, l2_writes=10, reverse_steps=100,
+                 reverse_compute_s=0.3)
+    tuner.learn(busy, fit=calls_of(2e-4, 1.5e-3, [1, 10]))
+    assert (tuner.tf, tuner.tcall) == pytest.approx((1.2e-3, 1e-4))
+    assert (tuner.tf_busy, tuner.tcall_busy) == pytest.approx((1.5e-3, 2e-4))
+    assert tuner.tb_busy == pytest.approx(1.5e-3 + 3e-3) and tuner.busy_runs == 1
+    busy_costs = tuner.costs(busy=True)
+    assert (busy_costs.tf, busy_costs.tcall, busy_costs.tb, busy_costs.tc) == pytest.approx(
+        (1.5e-3, 2e-4, 4.5e-3, 1.2e-3))
+    # Revolve in Level-1 alone keeps its price, the interval plan pays for the contention
+    assert tuner.price(4, 0) == pytest.approx(before[0])
+    assert tuner.price(4, 10) > before[10]
+    # a quiet run revises the quiet costs and leaves the busy ones alone
+    tuner.learn(quiet, fit=calls_of(1e-4, 1.1e-3, [1, 10]))
+    assert tuner.tf < 1.2e-3 and tuner.tf_busy == pytest.approx(1.5e-3)
+    # a first run with Level-2 traffic lends its reverse call to Revolve in Level-1 alone
+    # (better than guessing two forward steps), which keeps the quiet forward step
+    first = quiet_tuner()
+    first.learn(busy, fit=calls_of(2e-4, 1.5e-3, [1, 10]))
+    assert first.tb is None and first.costs().tf == 1.2e-3
+    assert first.costs().tb == pytest.approx(1.2e-3 + 3e-3)
+    # until a run with Level-2 traffic has measured them, plans with it take the quiet costs
+    assert quiet_tuner().costs(busy=True) == quiet_tuner().costs()
+
+
 def test_copies_beside_background_transfers_are_priced_apart_for_plans_with_level2() -> None:
     # Devito 3D: a 10 MiB copy took 0.6 ms in Level-1 alone and 1.2 ms beside the I/O thread
     tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
