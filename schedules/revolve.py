@@ -244,6 +244,13 @@ class Revolve:
         """Level-1 slots the schedule may use at once."""
         return self.snaps
 
+    @property
+    def l1_peak(self) -> int:
+        """Level-1 slots the schedule does hold at once at most (``simulate(...).l1_peak``,
+        without running it): every slot, unless all the states it reads fit in fewer (with
+        taping u_{n-1} is never stored: the taping step reaches it from u_{n-2})."""
+        return min(self.snaps, max(self.n_steps - 1, 1) if self.taping else self.n_steps)
+
     def __repr__(self) -> str:
         taping = "" if self.taping else ", taping=False"
         return f"Revolve(n_steps={self.n_steps}, snaps={self.snaps}{taping})"

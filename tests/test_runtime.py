@@ -281,6 +281,34 @@ def test_auto_interval_calibrates_and_records_its_prediction() -> None:
         assert ckp.stats.probe_steps == 0 and ckp.stats.calibration["learned_runs"] == 2
 
 
+@pytest.mark.parametrize("slots, taping", [(12, True), (12, False), (30, True)])
+def test_level1_slots_are_faulted_in_before_the_sweep_and_the_run_counts_them(slots,
+                                                                              taping) -> None:
+    from asyncckpt._pool import POOL
+    from asyncckpt.storage import release_memory
+
+    n = 12
+    model = Leapfrog(n, points=1 << 16)
+    reference = store_all_reference(model)
+    release_memory()
+    made_before_first_call = []
+
+    class Counting(Forward):
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            if not made_before_first_call:
+                made_before_first_call.append(POOL.faults()[0])
+            super().apply(t_start=t_start, t_end=t_end)
+
+    with AsyncCheckpointer(model, Counting(model), Reverse(model), n, l1_slots=slots,
+                           taping=taping) as ckp:  # every state fits: Level-1 alone
+        before = POOL.faults()[0]
+        assert_bit_identical(forward_reverse(model, ckp), reference)
+        held = ckp.schedule.l1_peak  # 11 with taping (u_11 is never stored), 12 without
+        # every slot it holds was faulted in before the first step, and none beyond them
+        assert made_before_first_call[0] - before == held == POOL.faults()[0] - before
+        assert ckp.stats.fresh_buffers == held
+
+
 def test_auto_prices_the_first_touch_of_memory_and_the_next_run_finds_it_warm() -> None:
     from asyncckpt.storage import release_memory
 

@@ -83,6 +83,14 @@ def test_revolve_is_valid_and_optimal(n: int, s: int) -> None:
     assert result.l2_writes == result.l2_reads == 0
 
 
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 600), s=st.integers(1, 650), taping=st.booleans())
+def test_revolve_knows_its_peak_without_running(n: int, s: int, taping: bool) -> None:
+    # what the checkpointer faults in before the sweep: never a slot the run leaves untouched
+    schedule = Revolve(n, s, taping=taping)
+    assert schedule.l1_peak == simulate(schedule).l1_peak
+
+
 @pytest.mark.parametrize(("n", "s"), [(1, 1), (1, 5), (2, 1), (7, 7), (7, 100), (50, 49)])
 def test_revolve_edge_cases(n: int, s: int) -> None:
     result = simulate(Revolve(n, s))

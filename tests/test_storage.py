@@ -306,6 +306,23 @@ def test_memory_pool_keeps_at_most_its_limit() -> None:
     assert pool.release() == 4 * PAGE
 
 
+def test_memory_pool_makes_buffers_kept_ones_first_and_counts_only_fresh_faults() -> None:
+    from asyncckpt._buffers import aligned_buffer
+    from asyncckpt._pool import FAULT_THREADS, MemoryPool
+
+    pool = MemoryPool(limit_bytes=1 << 30)
+    kept = aligned_buffer(4 * PAGE)
+    pool.give([kept])
+    buffers = pool.make(4 * PAGE - 100, 5)  # a page-padded size takes the kept buffer too
+    assert buffers[0] is kept and len({id(b) for b in buffers}) == 5
+    assert all(b.nbytes == 4 * PAGE and b.ctypes.data % PAGE == 0 and not b.any()
+               for b in buffers)
+    made, made_s = pool.faults()
+    assert made == 4 and made_s > 0 and pool.nbytes == 0
+    assert pool.make(PAGE, 0) == [] and pool.faults()[0] == 4
+    assert FAULT_THREADS >= 1
+
+
 class TestTieredStorage(ProjectBackend):
     """DRAM for two states, then a disk file: the suite's states spill across both."""
 
