@@ -378,10 +378,16 @@ _LOCK = threading.Lock()
 _MEMORY: dict[tuple[object, ...], IntervalTuner] = {}
 
 
-def remembered(key: tuple[object, ...], tuner: IntervalTuner) -> IntervalTuner:
-    """``tuner`` with the costs the last run under ``key`` measured in this process, if any."""
+def remembered(key: tuple[object, ...], tuner: IntervalTuner, *,
+               otherwise: tuple[object, ...] | None = None) -> IntervalTuner:
+    """``tuner`` with the costs the last run under ``key`` measured in this process, else those
+    under ``otherwise`` (the other protocol's: a first taping-free run after taping ones starts
+    from their reverse call's cost instead of guessing it), if any."""
     with _LOCK:
-        known = deepcopy(_MEMORY.get(key))
+        known = _MEMORY.get(key)
+        if known is None and otherwise is not None:
+            known = _MEMORY.get(otherwise)
+        known = deepcopy(known)
     if known is None:
         return tuner
     return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,

@@ -120,6 +120,17 @@ class AsyncMultistage:
         """Most states on Level-2 at once (the interval starts written by the forward sweep)."""
         return len(self._starts())
 
+    @property
+    def l1_peak(self) -> int:
+        """Level-1 slots the schedule does hold at once at most (``simulate(...).l1_peak``,
+        without running it). Reversing an interval from its prefetched start holds at most the
+        states after the start up to u_{end-2} (the taping step, or taping-free an advance,
+        reaches u_{end-1}); taping-free, the last interval, reversed straight after the forward
+        sweep, holds one more where it is a whole interval."""
+        whole_last = self.n_steps % self.interval == 0
+        held = self.interval - 1 if whole_last and not self.taping else self.interval - 2
+        return max(0, min(self.l1_slots, held))
+
     def _starts(self) -> range:
         return range(0, self.n_steps, self.interval)
 

@@ -281,9 +281,11 @@ def test_auto_interval_calibrates_and_records_its_prediction() -> None:
         assert ckp.stats.probe_steps == 0 and ckp.stats.calibration["learned_runs"] == 2
 
 
-@pytest.mark.parametrize("slots, taping", [(12, True), (12, False), (30, True)])
-def test_level1_slots_are_faulted_in_before_the_sweep_and_the_run_counts_them(slots,
-                                                                              taping) -> None:
+@pytest.mark.parametrize("slots, interval, taping", [(12, "auto", True), (12, "auto", False),
+                                                     (30, "auto", True), (6, 4, True),
+                                                     (6, 4, False)])
+def test_level1_slots_are_faulted_in_before_the_sweep_and_the_run_counts_them(
+        slots, interval, taping) -> None:
     from asyncckpt._pool import POOL
     from asyncckpt.storage import release_memory
 
@@ -300,13 +302,20 @@ def test_level1_slots_are_faulted_in_before_the_sweep_and_the_run_counts_them(sl
             super().apply(t_start=t_start, t_end=t_end)
 
     with AsyncCheckpointer(model, Counting(model), Reverse(model), n, l1_slots=slots,
-                           taping=taping) as ckp:  # every state fits: Level-1 alone
-        before = POOL.faults()[0]
+                           interval=interval, taping=taping) as ckp:
+        made = POOL.faults()[0]
         assert_bit_identical(forward_reverse(model, ckp), reference)
-        held = ckp.schedule.l1_peak  # 11 with taping (u_11 is never stored), 12 without
-        # every slot it holds was faulted in before the first step, and none beyond them
-        assert made_before_first_call[0] - before == held == POOL.faults()[0] - before
-        assert ckp.stats.fresh_buffers == held
+        # store-all in Level-1 (12 or more slots): 11 states with taping (u_11 is never
+        # stored), 12 without; interval 4: 2 with taping, 3 without
+        held = ckp.schedule.l1_peak
+        assert held == {(12, True): 11, (12, False): 12, (30, True): 11, (6, True): 2,
+                        (6, False): 3}[slots, taping]
+        # every slot it holds was faulted in before the first step, beside any the
+        # checkpointer made at construction (to time a staging copy)
+        made_by_run = made_before_first_call[0] - made
+        assert held - 1 <= made_by_run <= held
+        if interval == "auto":  # no Level-2 at all: nothing else is faulted in
+            assert POOL.faults()[0] - made == made_by_run == ckp.stats.fresh_buffers
 
 
 def test_auto_prices_the_first_touch_of_memory_and_the_next_run_finds_it_warm() -> None:

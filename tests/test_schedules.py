@@ -91,6 +91,15 @@ def test_revolve_knows_its_peak_without_running(n: int, s: int, taping: bool) ->
     assert schedule.l1_peak == simulate(schedule).l1_peak
 
 
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 300), data=st.data(), s=st.integers(1, 320), taping=st.booleans())
+def test_async_multistage_knows_its_peak_without_running(n: int, data: st.DataObject, s: int,
+                                                         taping: bool) -> None:
+    interval = data.draw(st.integers(1, n))
+    schedule = AsyncMultistage(n, interval, s, taping=taping)
+    assert schedule.l1_peak == simulate(schedule).l1_peak
+
+
 @pytest.mark.parametrize(("n", "s"), [(1, 1), (1, 5), (2, 1), (7, 7), (7, 100), (50, 49)])
 def test_revolve_edge_cases(n: int, s: int) -> None:
     result = simulate(Revolve(n, s))

@@ -301,3 +301,9 @@ def test_a_taping_free_checkpointer_starts_from_what_taping_runs_measured() -> N
     assert free.stats.probe_steps == 0
     assert calibration["tb_measured"] is True and calibration["learned_runs"] == 1
     assert calibration["taping"] is False
+    # each protocol then keeps its own costs: taping interleaves forward and reverse calls, and
+    # its steps cost more than taping-free ones (Devito 3D)
+    with AsyncCheckpointer(model, Forward(model), ReverseOperator(model), n, l1_slots=3,
+                           taping=True) as again:
+        forward_reverse(model, again)
+    assert again.stats.calibration["learned_runs"] == 1 and again.stats.probe_steps == 0
