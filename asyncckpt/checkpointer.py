@@ -61,8 +61,8 @@ class AsyncCheckpointer:
         Level-1 slots for Revolve inside an interval (>= 1). With ``n - 1`` or more (``n``
         taping-free) every state fits in Level-1: the run is store-all there, with no Level-2
         traffic (``stats.interval`` is then 0). Slots are allocated by the first run that
-        uses them (Revolve in Level-1 alone faults in those it holds before its first step, on
-        several threads).
+        uses them: before its first step, as many as its schedule will hold at once, the fresh
+        ones faulted in on several threads.
     interval : int, "auto" or "adaptive"
         I in [1, n]: every I-th state goes to Level-2. "adaptive": the next state goes to
         Level-2 as soon as the previous Level-2 write has completed, but never within the
@@ -423,7 +423,6 @@ class AsyncCheckpointer:
         if self._tuner is not None and self._tuner.runs:
             return self._tuner.n_steps
         return 100 * (self.l1_slots + 1)
-
 
     def _plan_level1(self) -> None:
         """Run Revolve in the Level-1 slots alone, with no Level-2 (store-all there, when every
