@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import psutil
 
-from ._buffers import aligned_buffer, padded
+from ._buffers import HUGE_PAGE, aligned_buffer, padded
 
 __all__ = ["MemoryPool", "POOL", "FAULT_THREADS"]
 
@@ -98,8 +98,9 @@ class MemoryPool:
 
     def make(self, nbytes: int, count: int) -> list[np.ndarray]:
         """``count`` page-aligned, touched buffers of ``padded(nbytes)`` bytes: kept ones first,
-        the rest faulted in on :data:`FAULT_THREADS` threads at once (counted in :meth:`faults`
-        at the wall time they took, what the caller waited)."""
+        the rest faulted in on :data:`FAULT_THREADS` threads at once where they are of a huge
+        page or more (counted in :meth:`faults` at the wall time they took, what the caller
+        waited)."""
         buffers: list[np.ndarray] = []
         while len(buffers) < count and (kept := self.take(padded(nbytes))) is not None:
             buffers.append(kept)
@@ -107,7 +108,9 @@ class MemoryPool:
         if missing <= 0:
             return buffers
         start = time.perf_counter()
-        threads = min(FAULT_THREADS, missing)
+        # a thread per buffer pays off where faults dominate, in huge-page mappings: below them
+        # (the LSTM's 150 KiB states) handing each buffer to a thread costs more than its faults
+        threads = min(FAULT_THREADS, missing) if padded(nbytes) >= HUGE_PAGE else 1
         if threads == 1:
             fresh = [aligned_buffer(nbytes) for _ in range(missing)]
         else:

@@ -307,7 +307,7 @@ def test_memory_pool_keeps_at_most_its_limit() -> None:
 
 
 def test_memory_pool_makes_buffers_kept_ones_first_and_counts_only_fresh_faults() -> None:
-    from asyncckpt._buffers import aligned_buffer
+    from asyncckpt._buffers import HUGE_PAGE, aligned_buffer
     from asyncckpt._pool import FAULT_THREADS, MemoryPool
 
     pool = MemoryPool(limit_bytes=1 << 30)
@@ -320,7 +320,12 @@ def test_memory_pool_makes_buffers_kept_ones_first_and_counts_only_fresh_faults(
     made, made_s = pool.faults()
     assert made == 4 and made_s > 0 and pool.nbytes == 0
     assert pool.make(PAGE, 0) == [] and pool.faults()[0] == 4
+    # huge-page buffers fault in on several threads (where the machine has more than one core)
     assert FAULT_THREADS >= 1
+    large = pool.make(HUGE_PAGE + 1, 3)
+    assert len({id(b) for b in large}) == 3 and pool.faults()[0] == 7
+    assert all(b.nbytes == HUGE_PAGE + PAGE and b.ctypes.data % PAGE == 0 and not b.any()
+               for b in large)
 
 
 class TestTieredStorage(ProjectBackend):
