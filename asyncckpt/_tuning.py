@@ -216,8 +216,8 @@ class IntervalTuner:
     adjoint_mean: RunMean = field(default_factory=RunMean)
     copy_mean: RunMean = field(default_factory=RunMean)
     #: the same costs (tf, tcall, tb, tc) in runs whose Level-2 transfers ran on the I/O
-    #: thread beside the compute (None: none measured yet), the forward calls and means they
-    #: come from, and how many such runs there were
+    #: thread beside the compute (None: none measured yet), and the forward calls and means
+    #: they come from
     tf_busy: float | None = None
     tcall_busy: float | None = None
     tb_busy: float | None = None
@@ -225,7 +225,6 @@ class IntervalTuner:
     busy_calls: CallFit = field(default_factory=CallFit)
     busy_adjoint_mean: RunMean = field(default_factory=RunMean)
     busy_copy_mean: RunMean = field(default_factory=RunMean)
-    busy_runs: int = 0
 
     def costs(self, *, busy: bool = False) -> Costs:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
@@ -311,7 +310,8 @@ class IntervalTuner:
         """Take tf and tcall (fitted over the forward calls of this run and the earlier ones),
         tb (time inside the reverse operator), tc (copies) and tw and tr (time on the Level-2
         path, contention included, less the first touch of fresh pages) from a completed run's
-        :class:`Stats`. The compute costs pool this run with the earlier ones, each weighing
+        :class:`Stats`. The compute costs pool this run with the earlier ones of its kind (with
+        or without Level-2 transfers beside the compute: see :meth:`costs`), each weighing
         :data:`RUN_DECAY` of the next. A tiered Level-2 learns each tier's tw and tr from its own
         transfers in the run. Transfer costs are means over the run's transfers and what was
         known before (:data:`PRIOR_TRANSFERS`), so a run that moved few states does not
@@ -332,7 +332,6 @@ class IntervalTuner:
                     stats.reverse_compute_s / stats.reverse_steps)
             if stats.copies:
                 self.tc_busy = self.busy_copy_mean.add(stats.copy_s / stats.copies)
-            self.busy_runs += 1
         else:
             self.forward_calls = self.forward_calls.pooled(fit)
             if self.forward_calls.steps:
@@ -396,7 +395,7 @@ def remembered(key: tuple[object, ...], tuner: IntervalTuner, *,
                    copy_mean=known.copy_mean, tf_busy=known.tf_busy,
                    tcall_busy=known.tcall_busy, tb_busy=known.tb_busy, tc_busy=known.tc_busy,
                    busy_calls=known.busy_calls, busy_adjoint_mean=known.busy_adjoint_mean,
-                   busy_copy_mean=known.busy_copy_mean, busy_runs=known.busy_runs,
+                   busy_copy_mean=known.busy_copy_mean,
                    tier_costs=known.tier_costs if known.tier_costs is not None
                    and tuner.tier_costs is not None
                    and len(known.tier_costs) == len(tuner.tier_costs) else tuner.tier_costs)
