@@ -7,7 +7,8 @@ prefetch during the reverse sweep, and Revolve runs inside each interval.
 from __future__ import annotations
 
 from .checkpoint import ArrayCheckpoint, Checkpoint
-from .checkpointer import AsyncCheckpointer
+from ._tuning import COSTS as cost_memory
+from .checkpointer import AsyncCheckpointer, RunPlan
 from .errors import (
     CheckpointError,
     CorruptionError,
@@ -23,10 +24,11 @@ from .errors import (
     UsageError,
 )
 from .stats import Stats
-from .storage import FileStorage, HostMemoryStorage, Storage, TieredStorage
+from .storage import FileStorage, HostMemoryStorage, Storage, TieredStorage, WrapperStorage
 
 __all__ = [
     "ArrayCheckpoint",
+    "cost_memory",
     "AsyncCheckpointer",
     "Checkpoint",
     "CheckpointError",
@@ -37,6 +39,7 @@ __all__ = [
     "InvalidValueError",
     "MemoryBudgetError",
     "RankFailedError",
+    "RunPlan",
     "ScheduleError",
     "Stats",
     "Storage",
@@ -46,6 +49,7 @@ __all__ = [
     "TieredStorage",
     "TransferError",
     "UsageError",
+    "WrapperStorage",
 ]
 
 __version__ = "0.1.0"

@@ -12,7 +12,8 @@ from ._buffers import aligned_buffer, padded
 from ._pool import POOL
 from .storage import Storage
 
-__all__ = ["measure_transfer", "measure_fault", "probe_forward", "THREAD_HANDOFF_S"]
+__all__ = ["measure_level2", "measure_transfer", "measure_fault", "probe_forward",
+           "THREAD_HANDOFF_S"]
 
 #: What waking a worker thread costs the caller here (measured: 17-20 us per submit).
 THREAD_HANDOFF_S = 20e-6
@@ -71,3 +72,17 @@ def probe_forward(fwd_operator: Any, n_timesteps: int,
         seconds.append(time.perf_counter() - start)
         t += length
     return lengths, seconds
+
+
+def measure_level2(storage: Storage, nbytes: int,
+                   link: Any) -> tuple[tuple[float, float], list[tuple[float, float]] | None]:
+    """(tw, tr) of one state through Level-2 and, for a tiered Level-2, through each tier,
+    fastest first (Level-2's are then the first tier's); a device adds its copies to and from
+    page-locked memory (``link``) to every transfer."""
+    down, up = link.measure(nbytes)
+    if storage.tiers is None:
+        tw, tr = measure_transfer(storage, nbytes)
+        return (tw + down, tr + up), None
+    tiers = [(tw + down, tr + up) for tw, tr in (measure_transfer(tier, nbytes)
+                                                 for tier in storage.tiers)]
+    return tiers[0], tiers

@@ -71,11 +71,17 @@ class _LinkFailure(RuntimeError):
     again from it, whatever the policy."""
 
 
+#: Longest the caller's thread sleeps in one wait for a transfer. A signal (Ctrl-C) that the
+#: kernel delivers to another thread, an I/O thread say, runs its Python handler only once the
+#: main thread wakes: an unbounded wait on a stalled device would never see it.
+WAKE_S = 0.05
+
+
 def _wait(futures: list) -> None:  # type: ignore[type-arg]
-    """``concurrent.futures.wait`` for the futures not yet done."""
+    """``concurrent.futures.wait`` for the futures not yet done, waking every :data:`WAKE_S`."""
     pending = [f for f in futures if not f.done()]
-    if pending:
-        wait(pending)
+    while pending:
+        pending = list(wait(pending, timeout=WAKE_S).not_done)
 
 
 class TransferEngine:
@@ -484,6 +490,8 @@ class TransferEngine:
     def close(self) -> None:
         """Stop the worker threads (after the transfers in flight) and give the idle staging and
         prefetch buffers to the process's pool; safe to call twice."""
+        # the threads are joined without a timeout: let them finish their work first, awake
+        _wait([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()])
         self._executor.shutdown(wait=True, cancel_futures=True)
         if not self._writes and not self._reads:
             self._link.release(self._free_staging + self._free_prefetch)

@@ -28,7 +28,7 @@ from schedules.actions import Action
 from ._buffers import check_size
 from ._engine import TransferEngine
 from ._link import HostLink
-from ._mpi import RankGroup
+from ._mpi import Ranks, SoloRanks
 from ._tuning import CallFit
 from .checkpoint import check_arrays
 from .errors import ScheduleError, TransferError
@@ -130,13 +130,13 @@ class Interpreter:
 
     def __init__(self, checkpoint: Any, nbytes: int, dtype: np.dtype, fwd_operator: Any,
                  rev_operator: Any, engine: TransferEngine, level1: Level1,
-                 group: RankGroup | None = None) -> None:
+                 group: Ranks | None = None) -> None:
         self.checkpoint = checkpoint
         self.nbytes, self.dtype = nbytes, dtype
         self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
         self.engine = engine
         self.level1 = level1
-        self.group = group
+        self.group = SoloRanks() if group is None else group
         self.link = level1.link
         # What the descriptor last returned, as it returned it: holding the objects keeps
         # their ids from being reused, so equal ids mean the same arrays.
@@ -193,15 +193,13 @@ class Interpreter:
                 case Load(step=step):
                     if not engine.load(step, self.arrays(step, into=True)):
                         self._recompute(step, stats)
-                    if group is not None:
-                        group.exchange()
+                    group.exchange()
                 case Store(step=step, tier=Tier.L1):
                     level1.store(step, self.arrays(step, into=False), self._known_nbytes)
                     stats.l1_peak_slots = max(stats.l1_peak_slots, len(level1.held))
                 case Store(step=step):
                     engine.store(step, self.arrays(step, into=False))
-                    if group is not None:
-                        group.exchange()
+                    group.exchange()
                 case Free(step=step, tier=Tier.L1):
                     level1.free(step)
                 case Free(step=step):
@@ -260,23 +258,23 @@ class RunDecisions:
 
     def __init__(self, engine: TransferEngine, min_interval: int, *, adaptive: bool,
                  stop: Callable[[int], object] | None,
-                 step_seconds: Callable[[], float], group: RankGroup | None = None) -> None:
+                 step_seconds: Callable[[], float], group: Ranks | None = None) -> None:
         self.engine, self.min_interval, self.adaptive = engine, min_interval, adaptive
         self._stop, self._step_seconds = stop, step_seconds
-        self.group = group
+        self.group = SoloRanks() if group is None else group
 
     def store(self, t: int, last_store: int) -> bool:
         if not self.adaptive:
             return t - last_store >= self.min_interval
         idle = self.engine.writing_for() is None
-        return idle if self.group is None else self.group.all(idle)
+        return self.group.all(idle)
 
     def advance(self, t: int, last_store: int) -> int:
         short = self.min_interval - (t - last_store)
         if short > 0 or not self.adaptive:
             return max(short, 1)
         steps = self._estimate(t, last_store)
-        return steps if self.group is None else int(self.group.max(steps))
+        return int(self.group.max(steps))
 
     def _estimate(self, t: int, last_store: int) -> int:
         running = self.engine.writing_for()
@@ -289,4 +287,4 @@ class RunDecisions:
 
     def stop(self, t: int) -> bool:
         stop = self._stop is not None and bool(self._stop(t))
-        return stop if self.group is None else self.group.any(stop)
+        return self.group.any(stop)

@@ -10,13 +10,54 @@ hands in a communicator.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from .errors import InvalidTypeError, RankFailedError
+from .storage import per_rank
 
-__all__ = ["RankGroup", "world_if_running", "per_rank"]
+__all__ = ["Ranks", "RankGroup", "SoloRanks", "ranks_of", "world_if_running"]
+
+
+class SoloRanks:
+    """The ranks of a run in one process: every collective returns this process's own value,
+    and a failure has no other rank to reach."""
+
+    rank = 0
+    size = 1
+    settled = False
+
+    def __repr__(self) -> str:
+        return "SoloRanks()"
+
+    def exchange(self, payload: Any = None, failure: BaseException | None = None) -> list[Any]:
+        if failure is not None:
+            raise failure
+        return [payload]
+
+    def fail(self, failure: BaseException) -> None:
+        """Nothing to tell: the caller raises ``failure`` itself."""
+
+    def max(self, value: float) -> float:
+        return value
+
+    def min(self, value: int) -> int:
+        return value
+
+    def all(self, flag: bool) -> bool:
+        return bool(flag)
+
+    def any(self, flag: bool) -> bool:
+        return bool(flag)
+
+    def same(self, what: str, value: Any) -> None:
+        """One process holds one value."""
+
+    def storage_spec(self, storage: Any) -> Any:
+        """``storage`` as it is: no other rank shares its paths."""
+        return storage
+
+    def free(self) -> None:
+        """Nothing to free."""
 
 
 class RankGroup:
@@ -82,8 +123,21 @@ class RankGroup:
         if any(v != values[0] for v in values):
             raise RankFailedError(f"the ranks disagree on {what}: {values[:8]}")
 
+    def storage_spec(self, storage: Any) -> Any:
+        """``storage`` with a private directory of this rank under every path (``rank00003``)."""
+        return per_rank(storage, self.rank)
+
     def free(self) -> None:
         self.comm.Free()
+
+
+#: What the checkpointer asks of the ranks of its run: one process, or an MPI job.
+Ranks = SoloRanks | RankGroup
+
+
+def ranks_of(comm: Any) -> Ranks:
+    """The ranks a checkpointer given ``comm`` runs on: :class:`SoloRanks` for None."""
+    return SoloRanks() if comm is None else RankGroup(comm)
 
 
 def world_if_running() -> Any | None:
@@ -93,15 +147,3 @@ def world_if_running() -> Any | None:
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
         return None
     return mpi.COMM_WORLD if mpi.COMM_WORLD.Get_size() > 1 else None
-
-
-def per_rank(storage: Any, rank: int) -> Any:
-    """A Level-2 spec with every path replaced by a private directory of this rank under it
-    (``rank00003``); "dram", None and Storage objects stay as they are."""
-    if isinstance(storage, Sequence) and not isinstance(storage, str):
-        return [per_rank(tier, rank) for tier in storage]
-    if storage is None or (isinstance(storage, str) and storage.strip().lower() == "dram"):
-        return storage
-    if isinstance(storage, (str, Path)) or hasattr(storage, "__fspath__"):
-        return Path(storage) / f"rank{rank:05d}"
-    return storage

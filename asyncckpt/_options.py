@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from schedules._args import check_bool, check_int
 
-from .errors import InvalidTypeError, InvalidValueError
+from .errors import InvalidTypeError, InvalidValueError, UsageError
 
-__all__ = ["check_bool", "check_choice", "check_int", "check_operator", "environment",
+__all__ = ["Options", "check_bool", "check_choice", "check_int", "check_operator", "check_stop",
+           "environment",
            "parse_bytes", "parse_flag", "parse_interval"]
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -29,6 +31,18 @@ def check_operator(name: str, operator: object) -> None:
     if not callable(getattr(operator, "apply", None)):
         raise InvalidTypeError(f"{name} must have an apply(*, t_start, t_end) method; "
                                f"got {type(operator).__name__}")
+
+
+def check_stop(n_timesteps: int | None, stop: object) -> None:
+    """Raise unless ``stop`` (of ``apply_forward``) is a callable exactly where n is unknown."""
+    if n_timesteps is None and stop is None:
+        raise UsageError("n_timesteps=None: apply_forward(stop=callable) must say where the "
+                         "forward sweep ends")
+    if n_timesteps is not None and stop is not None:
+        raise UsageError(f"stop= is for runs of unknown length (n_timesteps=None); this "
+                         f"checkpointer runs n_timesteps={n_timesteps} steps")
+    if stop is not None and not callable(stop):
+        raise InvalidTypeError(f"stop must be callable, got {stop!r}")
 
 
 def environment(name: str) -> str | None:
@@ -94,3 +108,64 @@ def parse_bytes(name: str, value: object) -> int:
     if size <= 0:
         raise InvalidValueError(f"{name} must be a positive size in bytes, got {value!r}")
     return size
+
+
+@dataclass(frozen=True)
+class Options:
+    """The options of an :class:`~asyncckpt.AsyncCheckpointer`, checked and parsed once (see its
+    docstring for each). ``interval`` is an int, "auto" or "adaptive" ("auto" with unknown n
+    becomes "adaptive": the model needs n, the adaptive rule does not)."""
+
+    n_timesteps: int | None
+    l1_slots: int | None
+    interval: int | str
+    memory_budget: int | None
+    host_memory_budget: int | None
+    staging_buffers: int
+    io_threads: int
+    transfers: str
+    verify: bool
+    on_level2_error: str
+    blas_threads: int | None
+    taping: bool
+    keep_trace: bool
+
+    @property
+    def adaptive(self) -> bool:
+        return self.interval == "adaptive"
+
+    @property
+    def tuned(self) -> bool:
+        """Whether the model chooses the plan ("auto" or "adaptive")."""
+        return isinstance(self.interval, str)
+
+    @classmethod
+    def parse(cls, n_timesteps: object, *, l1_slots: object, interval: object,
+              memory_budget: object, host_memory_budget: object, staging_buffers: object,
+              io_threads: object, transfers: object, verify: object, on_level2_error: object,
+              blas_threads: object, taping: object, keep_trace: object) -> "Options":
+        """Check every option, raising an error that names the first bad one."""
+        n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1)
+        if l1_slots is None and memory_budget is None:
+            raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (bytes), "
+                                    "or both; got neither")
+        parsed = parse_interval(interval, n, adaptive=True)
+        return cls(
+            n_timesteps=n,
+            l1_slots=None if l1_slots is None else check_int("l1_slots", l1_slots, 1),
+            interval="adaptive" if n is None and parsed == "auto" else parsed,
+            memory_budget=(None if memory_budget is None
+                           else parse_bytes("memory_budget", memory_budget)),
+            host_memory_budget=(None if host_memory_budget is None
+                                else parse_bytes("host_memory_budget", host_memory_budget)),
+            staging_buffers=check_int("staging_buffers", staging_buffers, 1),
+            io_threads=check_int("io_threads", io_threads, 1),
+            transfers=check_choice("transfers", transfers, ("auto", "background", "inline")),
+            verify=bool(verify),
+            on_level2_error=check_choice("on_level2_error", on_level2_error,
+                                         ("raise", "recompute")),
+            blas_threads=(None if blas_threads is None
+                          else check_int("blas_threads", blas_threads, 1)),
+            taping=check_bool("taping", taping),
+            keep_trace=check_bool("keep_trace", keep_trace),
+        )

@@ -26,8 +26,7 @@ from schedules.model import (Costs, FreshMemory, IntervalChoice, Level2Tier, cho
                              predict_async_multistage, predict_revolve, predict_tiered)
 
 __all__ = ["CallFit", "RunMean", "IntervalTuner", "Plan", "NEAR_TIE", "RUN_DECAY",
-           "fastest_once_warm", "cheapest_near_fastest", "agree_costs", "remembered", "remember",
-           "forget_costs"]
+           "fastest_once_warm", "cheapest_near_fastest", "agree_costs", "CostMemory", "COSTS"]
 
 #: Plans predicted within this share of the fastest once memory is warm count as equally fast:
 #: the model's prediction of one plan moves by 2 to 3% between runs here, so a smaller
@@ -373,44 +372,59 @@ class IntervalTuner:
         }
 
 
-_LOCK = threading.Lock()
-_MEMORY: dict[tuple[object, ...], IntervalTuner] = {}
+class CostMemory:
+    """The costs measured in this process, by what they depend on (:func:`cost_key`), so the
+    next checkpointer of the same operators and state size (a fresh ``Revolver`` per gradient,
+    as Devito builds it) starts from them instead of probing. Thread-safe; what it holds and
+    hands out are copies."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tuners: dict[tuple[object, ...], IntervalTuner] = {}
 
-def remembered(key: tuple[object, ...], tuner: IntervalTuner, *,
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._tuners)
+
+    def recall(self, key: tuple[object, ...], tuner: IntervalTuner, *,
                otherwise: tuple[object, ...] | None = None) -> IntervalTuner:
-    """``tuner`` with the costs the last run under ``key`` measured in this process, else those
-    under ``otherwise`` (the other protocol's: a first taping-free run after taping ones starts
-    from their reverse call's cost instead of guessing it), if any."""
-    with _LOCK:
-        known = _MEMORY.get(key)
-        if known is None and otherwise is not None:
-            known = _MEMORY.get(otherwise)
-        known = deepcopy(known)
-    if known is None:
-        return tuner
-    return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,
-                   tcall=known.tcall, runs=known.runs, fault_s=known.fault_s,
-                   forward_calls=known.forward_calls, adjoint_mean=known.adjoint_mean,
-                   copy_mean=known.copy_mean, tf_busy=known.tf_busy,
-                   tcall_busy=known.tcall_busy, tb_busy=known.tb_busy, tc_busy=known.tc_busy,
-                   busy_calls=known.busy_calls, busy_adjoint_mean=known.busy_adjoint_mean,
-                   busy_copy_mean=known.busy_copy_mean,
-                   tier_costs=known.tier_costs if known.tier_costs is not None
-                   and tuner.tier_costs is not None
-                   and len(known.tier_costs) == len(tuner.tier_costs) else tuner.tier_costs)
+        """``tuner`` with the costs the last run under ``key`` measured, else those under
+        ``otherwise`` (the other protocol's: a first taping-free run after taping ones starts
+        from their reverse call's cost instead of guessing it), if any."""
+        with self._lock:
+            known = self._tuners.get(key)
+            if known is None and otherwise is not None:
+                known = self._tuners.get(otherwise)
+            known = deepcopy(known)
+        if known is None:
+            return tuner
+        return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,
+                       tcall=known.tcall, runs=known.runs, fault_s=known.fault_s,
+                       forward_calls=known.forward_calls, adjoint_mean=known.adjoint_mean,
+                       copy_mean=known.copy_mean, tf_busy=known.tf_busy,
+                       tcall_busy=known.tcall_busy, tb_busy=known.tb_busy,
+                       tc_busy=known.tc_busy, busy_calls=known.busy_calls,
+                       busy_adjoint_mean=known.busy_adjoint_mean,
+                       busy_copy_mean=known.busy_copy_mean,
+                       tier_costs=known.tier_costs if known.tier_costs is not None
+                       and tuner.tier_costs is not None
+                       and len(known.tier_costs) == len(tuner.tier_costs)
+                       else tuner.tier_costs)
+
+    def keep(self, key: tuple[object, ...], tuner: IntervalTuner) -> None:
+        """Keep ``tuner``'s measured costs for the next checkpointer under ``key``."""
+        with self._lock:
+            self._tuners[key] = deepcopy(tuner)
+
+    def forget(self) -> None:
+        """Forget every cost measured in this process: the next "auto" checkpointer probes
+        anew."""
+        with self._lock:
+            self._tuners.clear()
 
 
-def remember(key: tuple[object, ...], tuner: IntervalTuner) -> None:
-    """Keep ``tuner``'s measured costs for the next checkpointer under ``key``."""
-    with _LOCK:
-        _MEMORY[key] = deepcopy(tuner)
-
-
-def forget_costs() -> None:
-    """Forget every cost measured in this process: the next "auto" checkpointer probes anew."""
-    with _LOCK:
-        _MEMORY.clear()
+#: The process's cost memory (``asyncckpt.cost_memory``).
+COSTS = CostMemory()
 
 
 def agree_costs(tuner: IntervalTuner, group: Any) -> None:

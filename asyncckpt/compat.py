@@ -31,6 +31,7 @@ import psutil
 
 from schedules import OnlineMultistage, simulate
 
+from ._budget import engine_buffers
 from ._buffers import padded
 from ._mpi import world_if_running
 from ._options import environment, parse_bytes, parse_flag, parse_interval
@@ -57,8 +58,8 @@ def default_budget(nbytes: int, available: int | None = None) -> int:
     Raises
     ------
     MemoryBudgetError
-        If a quarter of the available memory holds no state beside the four staging and
-        prefetch buffers.
+        If a quarter of the available memory holds no state beside the staging and prefetch
+        buffers.
     """
     text = environment("ASYNCCKPT_MEMORY_BUDGET")
     if text is not None:
@@ -66,7 +67,7 @@ def default_budget(nbytes: int, available: int | None = None) -> int:
     if available is None:
         available = psutil.virtual_memory().available + POOL.nbytes
     budget = int(MEMORY_SHARE * available)
-    if budget // padded(nbytes) < 5:
+    if budget // padded(nbytes) < engine_buffers() + 1:
         raise MemoryBudgetError(
             f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
             f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
@@ -87,11 +88,11 @@ class Operator(abc.ABC):
 def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None) -> int:
     """Level-1 slots for ``n_checkpoints=None``: as many states as fit in a quarter of the
     available memory (psutil; what asyncckpt's pool keeps for reuse counts as available),
-    beside the four staging and prefetch buffers, at most n. Slots are allocated only when a
+    beside the staging and prefetch buffers, at most n. Slots are allocated only when a
     schedule uses them."""
     if available is None:
         available = psutil.virtual_memory().available + POOL.nbytes
-    fit = int(MEMORY_SHARE * available // padded(nbytes)) - 4
+    fit = int(MEMORY_SHARE * available // padded(nbytes)) - engine_buffers()
     if fit < 1:
         raise MemoryBudgetError(
             f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "

@@ -55,3 +55,13 @@ def disk_dir(tmp_path: Path):
 def no_leaked_threads():
     yield
     assert wait_no_threads() == [], "asyncckpt threads left running"
+
+
+@pytest.fixture(autouse=True)
+def fresh_cost_memory():
+    """Every test's "auto" checkpointers start from no remembered costs, whatever ran before."""
+    from asyncckpt import cost_memory
+
+    cost_memory.forget()
+    yield
+    cost_memory.forget()

@@ -82,8 +82,14 @@ def assert_level2_corruption_caught(ckp, reset_adjoint) -> None:
     check that the reverse sweep stops with a checksum mismatch on the caller's thread."""
     from asyncckpt import TransferError
 
-    stored = ckp.storage._stored
-    stored[sorted(stored)[len(stored) // 2]][100] ^= 1
+    storage = ckp.storage
+    stored = [t for t in range(ckp.n_timesteps) if t in storage]
+    key = stored[len(stored) // 2]
+    state = np.zeros(ckp.nbytes, dtype=np.uint8)
+    storage.get(key, state)
+    state[100] ^= 1
+    storage.delete(key)
+    storage.put(key, state)
     reset_adjoint()
     with pytest.raises(TransferError) as caught:
         ckp.apply_reverse()

@@ -2,16 +2,19 @@
 it cannot work, and held in a real process."""
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asyncckpt import AsyncCheckpointer, FileStorage, HostMemoryStorage, MemoryBudgetError
+from asyncckpt import (AsyncCheckpointer, FileStorage, HostMemoryStorage, MemoryBudgetError,
+                       TransferError, WrapperStorage)
 from asyncckpt._buffers import padded
 from asyncckpt._options import parse_bytes
 from asyncckpt.checkpoint import check_descriptor
@@ -204,7 +207,7 @@ def test_an_interval_plan_leaves_the_slots_it_cannot_use_to_the_dram_tier(tmp_pa
     reference = store_all_reference(model)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, interval="auto",
                            storage=["dram", tmp_path], memory_budget=40 * buffer) as ckp:
-        tuner = ckp._tuner
+        tuner = ckp.costs
         assert tuner is not None
         tuner.tf, tuner.tb, tuner.tcall, tuner.fault_s = 1e-3, 3e-3, 0.0, None
         tuner.tier_costs = [(2e-3, 2e-3), (1e-4, 1e-4)]  # DRAM, then the "cheaper" disk
@@ -214,3 +217,74 @@ def test_an_interval_plan_leaves_the_slots_it_cannot_use_to_the_dram_tier(tmp_pa
     assert stats.interval > 0 and stats.l1_slots <= stats.interval, (stats.interval,
                                                                       stats.l1_slots)
     assert stats.l2_tiers[0]["writes"] >= min(40 - 4 - stats.l1_slots, stats.l2_writes)
+
+
+class CountingWrapper(WrapperStorage):
+    """A user's wrapper around any backend: counts the writes it is given, changes nothing."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.puts = 0
+        self.lock = threading.Lock()
+
+    def put(self, key: int, buf) -> None:
+        with self.lock:
+            self.puts += 1
+        super().put(key, buf)
+
+
+def test_a_wrapper_around_dram_is_bounded_by_the_budget_as_dram(tmp_path: Path) -> None:
+    """The budget asks a backend whether it holds process memory instead of reading its class:
+    a wrapper around DRAM that the runtime has never heard of is still counted, and the states
+    beyond its share go to the disk tier (unbounded, all 100 stayed in DRAM)."""
+    n = 200
+    model = Leapfrog(n)
+    buffer = padded(check_descriptor(model))
+    reference = store_all_reference(model)
+    dram = CountingWrapper(HostMemoryStorage())
+    assert dram.holds_process_memory
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=4, interval=2,
+                           storage=[dram, tmp_path], memory_budget=40 * buffer) as ckp:
+        probes = dram.puts  # the construction's probes of each tier's speed
+        model.reset()
+        ckp.apply_forward()
+        assert ckp.l1_bytes + dram.nbytes_held <= 40 * buffer
+        assert ckp.plan.capacities[0] == 40 - 4 - 4  # beside 4 slots and 4 engine buffers
+        model.reset_adjoint()
+        ckp.apply_reverse()
+        for got, want in zip(model.gradients(), reference):
+            assert got.tobytes() == want.tobytes()
+        tiers = ckp.stats.l2_tiers
+    assert tiers[0]["writes"] == 40 - 4 - 4 and tiers[1]["writes"] == 100 - tiers[0]["writes"]
+    assert dram.puts - probes == tiers[0]["writes"]  # every write went through its put
+
+
+def test_a_subclass_that_overrides_put_sees_every_write() -> None:
+    """HostMemoryStorage keeps a staging buffer as the stored copy without calling put: a
+    subclass's put must still see every write, so a failing one reaches the caller."""
+
+    class Full(HostMemoryStorage):
+        def put(self, key: int, buf) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    class Counting(HostMemoryStorage):
+        puts = 0
+
+        def put(self, key: int, buf) -> None:
+            Counting.puts += 1
+            super().put(key, buf)
+
+    n = 50
+    model = Leapfrog(n)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=5,
+                           storage=Full()) as ckp:
+        model.reset()
+        with pytest.raises(TransferError) as info:
+            ckp.apply_forward()
+    assert isinstance(info.value.__cause__, OSError)
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=5,
+                           storage=Counting()) as ckp:
+        for got, want in zip(forward_reverse(model, ckp), reference):
+            assert got.tobytes() == want.tobytes()
+        assert Counting.puts == ckp.stats.l2_writes == 10

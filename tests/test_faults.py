@@ -297,7 +297,10 @@ def test_recompute_policy_cannot_rebuild_the_initial_state() -> None:
     storage.close()
 
 
-def test_ctrl_c_while_waiting_for_a_stalled_device() -> None:
+@pytest.mark.parametrize("receiver", ["process", "io-thread", "idle-thread"])
+def test_ctrl_c_while_waiting_for_a_stalled_device(receiver: str) -> None:
+    """SIGINT lands within a second whichever thread the kernel hands it to: a wait of the
+    caller's thread that never woke ran the handler only when the stalled write ended."""
     import os
     import signal
     import threading
@@ -307,23 +310,46 @@ def test_ctrl_c_while_waiting_for_a_stalled_device() -> None:
         def __init__(self) -> None:
             super().__init__()
             self.gate = threading.Event()
+            self.entered = threading.Event()
 
         def put(self, key: int, buf: np.ndarray) -> None:
+            self.entered.set()
             self.gate.wait(30)
             super().put(key, buf)
+
+    idle = threading.Event()
+    bystander = threading.Thread(target=idle.wait, args=(30,), name="bystander", daemon=True)
+    bystander.start()
+
+    def interrupt() -> None:
+        storage.entered.wait(10)
+        time.sleep(0.1)  # the caller is waiting for a free staging buffer by now
+        sent.append(time.monotonic())
+        if receiver == "process":
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        if receiver == "io-thread":
+            target = next(t for t in threading.enumerate() if t.name.startswith("asyncckpt-io"))
+        else:
+            target = bystander
+        assert target.ident is not None
+        signal.pthread_kill(target.ident, signal.SIGINT)
 
     model = RecurrentCell(N)
     storage = Stalled()
     ckp = checkpointer(model, storage, staging_buffers=1)
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    start = time.monotonic()
+    timer = threading.Thread(target=interrupt, name="interrupter")
+    sent: list[float] = []
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             model.reset()
             ckp.apply_forward()  # the second store waits for the stalled first write
-        assert time.monotonic() - start < 5
+            timer.join(10)  # not reached, unless the signal came too early
+        assert sent and time.monotonic() - sent[0] < 1
     finally:
-        timer.cancel()
         storage.gate.set()
+        idle.set()
+        timer.join(10)
+        bystander.join(10)
     assert_clean(ckp, storage)

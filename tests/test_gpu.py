@@ -224,7 +224,7 @@ def test_level2_is_page_locked():
         w.reset()
         ckp.apply_forward()
         assert isinstance(ckp.storage, PinnedMemoryStorage)
-        assert all(ckp.device.is_pinned(b) for b in ckp.storage._buffers())
+        assert all(ckp.device.is_pinned(b) for b in ckp.storage.buffers())
         ckp.apply_reverse()
 
 

@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 import pytest
+
+from asyncckpt import cost_memory
 from faults import FaultyMixin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,7 +33,6 @@ from asyncckpt import (
     UsageError,
 )
 from asyncckpt._buffers import padded
-from asyncckpt._tuning import forget_costs
 from asyncckpt.compat import Revolver
 from asyncckpt.storage import TieredStorage
 from schedules import (
@@ -219,7 +220,7 @@ def test_repeated_online_runs_may_stop_at_different_n(tmp_path) -> None:
             for got, want in zip(model.gradients(), reference):
                 assert got.tobytes() == want.tobytes()
         # "auto" means adaptive for unknown n, and learns n from the runs
-        assert ckp._tuner is not None and ckp._tuner.n_steps == 50
+        assert ckp.costs is not None and ckp.costs.n_steps == 50
 
 
 class SleepyForward(Forward):
@@ -241,7 +242,7 @@ def test_adaptive_intervals_follow_the_speed_of_level2() -> None:
     reference = store_all_reference(model)
     gaps = {}
     for kind in ("slow", "dram"):
-        forget_costs()
+        cost_memory.forget()
         storage = SlowMemory(delay=(0.003, 0.003)) if kind == "slow" else None
         with AsyncCheckpointer(model, SleepyForward(model), Reverse(model), None, l1_slots=4,
                                interval="adaptive", storage=storage) as ckp:

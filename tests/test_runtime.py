@@ -7,11 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, HostMemoryStorage, Storage
-from asyncckpt._tuning import PRIOR_TRANSFERS, forget_costs
+from asyncckpt._tuning import PRIOR_TRANSFERS
 from schedules import AsyncMultistage, simulate
 from workloads import (Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse,
                        store_all_reference)
@@ -259,7 +260,6 @@ def test_forward_again_without_reverse_starts_a_new_run(shm_dir: Path) -> None:
 def test_auto_interval_calibrates_and_records_its_prediction() -> None:
     n = 200
     model = RecurrentCell(n)
-    forget_costs()  # no costs remembered from an earlier test's run
     reference = store_all_reference(model)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3) as ckp:
         for run_number in range(2):
@@ -323,7 +323,6 @@ def test_auto_prices_the_first_touch_of_memory_and_the_next_run_finds_it_warm() 
 
     n = 24
     model = Leapfrog(n, points=1 << 19)  # states of 4 MiB: the fault probe makes 8 of them
-    forget_costs()
     release_memory()
     reference = store_all_reference(model)
     runs = []

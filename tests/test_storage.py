@@ -157,7 +157,7 @@ def test_the_file_has_no_name_and_each_backend_its_own(disk_dir: Path) -> None:
         b.put(0, buf)
         assert list(disk_dir.iterdir()) == []
         for backend in (a, b):
-            info = os.fstat(backend._fd)
+            info = os.fstat(backend.fileno())
             assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_nlink == 0
         out = np.zeros(100, dtype=np.uint8)
         a.get(0, out)
@@ -281,11 +281,11 @@ def test_closed_dram_is_reused_by_the_next_backend_and_released_on_request() -> 
     made, made_s = POOL.faults()
     first.put(0, buf)
     assert POOL.faults()[0] == made + 1 and POOL.faults()[1] > made_s  # faulted in, and timed
-    held = first._stored[0]
+    (held,) = first.buffers()
     first.close()
     second = HostMemoryStorage()
     second.put(5, buf)
-    assert second._stored[5] is held  # no fresh memory faulted in
+    assert second.buffers()[0] is held  # no fresh memory faulted in
     assert POOL.faults()[0] == made + 1
     out = np.zeros_like(buf)
     second.get(5, out)

@@ -8,11 +8,11 @@ import math
 from pathlib import Path
 
 import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncckpt import AsyncCheckpointer
-from asyncckpt._tuning import forget_costs
 from asyncckpt.compat import Revolver, taping_from_environment
 from schedules import (
     Advance,
@@ -286,7 +286,6 @@ def test_a_taping_free_checkpointer_starts_from_what_taping_runs_measured() -> N
     # taping-free run is neither probed nor priced with a guessed reverse step
     n = 40
     model = Leapfrog(n)
-    forget_costs()
     reference = store_all_reference(model)
     with AsyncCheckpointer(model, Forward(model), ReverseOperator(model), n, l1_slots=3,
                            taping=True) as taping:

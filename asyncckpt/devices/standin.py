@@ -55,7 +55,8 @@ class _StandInEvent(Event):
 
     def synchronize(self) -> None:
         self._stream.device.count_sync()
-        self._fired.wait()
+        while not self._fired.wait(0.05):  # awake, so that Ctrl-C lands on a stalled stream
+            pass
         self._stream.raise_error()
 
     def query(self) -> bool:

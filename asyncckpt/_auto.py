@@ -1,0 +1,254 @@
+"""``interval="auto"`` and ``"adaptive"`` for one checkpointer: the tuner of its costs, the probe
+of a first run, the choice of each run's plan and what a completed run teaches.
+
+The model and the tuner live in :mod:`schedules.model` and :mod:`asyncckpt._tuning`; this module
+joins them to the checkpointer's parts (its planner, Level-1 slots, Level-2 and ranks).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from schedules import AsyncMultistage
+from schedules.model import adaptive_interval, predict_adaptive
+
+from ._budget import slot_candidates
+from ._buffers import padded
+from ._calibrate import measure_fault, probe_forward
+from ._interpreter import Interpreter, Level1
+from ._link import HostLink
+from ._mpi import Ranks
+from ._plan import Planner
+from ._pool import POOL
+from ._tuning import (COSTS, CallFit, IntervalTuner, Plan, agree_costs, cheapest_near_fastest,
+                      fastest_once_warm)
+from .errors import InvalidValueError, MemoryBudgetError
+from .stats import Stats
+from .storage import Storage, memory_tier, tiers_of
+
+__all__ = ["AutoPlanner", "cost_key"]
+
+log = logging.getLogger(__name__)
+
+
+def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers: str,
+             taping: bool) -> tuple[object, ...]:
+    """What the measured unit costs depend on: the operators' kinds, the state size, the
+    Level-2 device and the protocol. Taping runs a forward and a reverse call by turns at every
+    reverse step, and on Devito 3D their steps cost more than in taping-free runs (a forward
+    step 5% more, side by side): priced with the costs both protocols measured, taping runs
+    took 1.2 times their prediction. The first checkpointer of one protocol starts from what
+    runs of the other measured (see :meth:`~asyncckpt._tuning.CostMemory.recall`)."""
+    def describe(tier: Storage) -> str:
+        config = tier.get_config()
+        return str(sorted(config.items())) if config else type(tier).__qualname__
+
+    device = " then ".join(describe(tier) for tier in tiers_of(storage))
+    return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
+            type(rev).__qualname__, nbytes, device, transfers, taping)
+
+
+class AutoPlanner:
+    """Chooses each run's plan from costs measured on the runs of this process.
+
+    Parameters
+    ----------
+    planner : Planner
+        Where the chosen slots and interval go.
+    tuner : IntervalTuner
+        The costs known at construction (probed Level-2 transfers, and what earlier
+        checkpointers of the same key measured).
+    key : tuple
+        The key the costs are remembered under (:func:`cost_key`).
+    slots_fixed : bool
+        Whether the user gave ``l1_slots`` (else a budget's split is chosen too).
+    """
+
+    def __init__(self, planner: Planner, tuner: IntervalTuner, key: tuple[object, ...], *,
+                 slots_fixed: bool, level1: Level1, link: HostLink, ranks: Ranks,
+                 on_host: bool) -> None:
+        self.planner = planner
+        self.tuner = tuner
+        self.key = key
+        self.slots_fixed = slots_fixed
+        self.level1 = level1
+        self.link = link
+        self.ranks = ranks
+        if on_host and tuner.fault_s is None:
+            tuner.fault_s = measure_fault(planner.memory.nbytes)
+
+    @classmethod
+    def make(cls, planner: Planner, *, fwd: object, rev: object, transfers: str,
+             transfer_costs: tuple[float, float], tier_costs: list[tuple[float, float]] | None,
+             copy_s: float, staging_buffers: int, **parts: Any) -> "AutoPlanner":
+        """The planner for a new checkpointer, its tuner starting from the costs remembered
+        under its key (or the other protocol's)."""
+        memory, storage = planner.memory, planner.storage
+        key = cost_key(fwd, rev, memory.nbytes, storage, transfers, memory.taping)
+        other = cost_key(fwd, rev, memory.nbytes, storage, transfers, not memory.taping)
+        tw, tr = transfer_costs
+        fresh = IntervalTuner(
+            memory.n_timesteps or 100 * (planner.l1_slots + 1), planner.l1_slots,
+            staging_buffers, transfers == "inline", memory.taping, tw=tw, tr=tr, tc=copy_s,
+            tier_costs=tier_costs, in_memory=memory_tier(storage))
+        return cls(planner, COSTS.recall(key, fresh, otherwise=other), key, **parts)
+
+    def nominal_n(self) -> int:
+        """n for the model: the run's, or for runs of unknown length the last one's (at first,
+        long enough for intervals of any length the slots favour)."""
+        n = self.planner.n_timesteps
+        if n is not None:
+            return n
+        return self.tuner.n_steps if self.tuner.runs else 100 * (self.planner.l1_slots + 1)
+
+    def warm_buffers(self) -> int:
+        """State buffers already faulted in that the next run can use: its slots, the process
+        pool's, and the spares of a DRAM Level-2."""
+        nbytes = self.planner.memory.nbytes
+        return (self.level1.made + POOL.count(padded(nbytes))
+                + self.planner.storage.spares(nbytes))
+
+    def before_run(self, stats: Stats, interpreter: Interpreter) -> None:
+        """Probe (a first run of known n), then choose the run's plan; a first run of unknown
+        length starts from the least interval, 1."""
+        tuner, n = self.tuner, self.planner.n_timesteps
+        if n is not None and n <= 1:
+            return
+        if tuner.tf is None and n is not None:
+            self._probe(stats, interpreter)
+        if tuner.tf is not None:
+            self._choose(stats)
+        else:
+            self.planner.with_interval(1)
+
+    def after_run(self, stats: Stats, fit: CallFit) -> None:
+        """Learn the completed run's costs and remember them for the process."""
+        predicted = stats.calibration.get("predicted_total_s")
+        if predicted:
+            stats.calibration["measured_over_predicted"] = stats.total_s / predicted
+        self.tuner.learn(stats, fit)
+        if self.planner.n_timesteps is None:
+            self.tuner.n_steps = stats.n_timesteps  # the next run's best guess of n
+        COSTS.keep(self.key, self.tuner)
+
+    def _probe(self, stats: Stats, interpreter: Interpreter) -> None:
+        """Time the opening forward calls (see :func:`~asyncckpt._calibrate.probe_forward`).
+        u_0 is kept in a Level-1 slot and restored, so the schedule then runs from u_0 as it
+        is."""
+        n, arrays, link, tuner = self.planner.n_timesteps, interpreter.arrays, self.link, \
+            self.tuner
+        assert n is not None  # runs of unknown length are not probed
+        held = self.level1.take()
+        try:
+            link.copy_out(arrays(0, into=False), held)
+            lengths, seconds = probe_forward(interpreter.fwd_operator, n, settle=link.settle)
+            stats.forward_compute_s += sum(seconds)
+            stats.forward_steps += sum(lengths)
+            stats.probe_steps = sum(lengths)
+            if len(lengths) == 3:
+                tuner.probed(seconds[1], seconds[2], lengths[2])
+            else:
+                tuner.tf, tuner.tcall = max(seconds[0], 1e-9), 0.0
+            link.copy_in(held, arrays(0, into=True))
+        finally:
+            self.level1.give(held)
+
+    def _plans(self) -> list[Plan]:
+        """For each slot count, the intervals the model finds fastest with and without faults
+        priced, and Revolve in the Level-1 slots alone. Under a budget without fixed slots the
+        slot counts span the splits of the budget between slots and the DRAM tier."""
+        tuner, planner = self.tuner, self.planner
+        budget = planner.memory.budget
+        budgeted = budget is not None and not self.slots_fixed
+        if budgeted:
+            assert budget is not None
+            candidates = slot_candidates(min(budget.max_slots_with_level2, tuner.n_steps))
+        else:
+            candidates = [planner.l1_slots]
+        # pricing faults changes the choice only where a fault cost was measured
+        pricings = (False, True) if tuner.fresh() is not None else (False,)
+        plans: list[Plan] = []
+        seen: set[tuple[int, int]] = set()
+        for slots in candidates:
+            capacities = planner.capacities(slots)
+            try:
+                choices = [tuner.choose(slots, capacities, fresh=fresh,
+                                        max_candidates=512 if budgeted else 4096)
+                           for fresh in pricings]
+            except InvalidValueError:  # these tiers hold no state beside so many slots
+                if not budgeted:
+                    raise
+                continue
+            intervals = {choice.interval for choice in choices}
+            if planner.n_timesteps is not None:
+                intervals.add(0)
+            for interval in intervals:  # each priced once, the warm choice's baselines kept
+                used = slots
+                if budgeted and interval and not planner.adaptive:
+                    # an interval's schedule is the same with more than I slots: the budget
+                    # they would take goes to the DRAM tier instead of sending states to disk
+                    used = min(slots, interval)
+                    if (used, interval) in seen:
+                        continue
+                seen.add((used, interval))
+                room = capacities if used == slots else planner.capacities(used)
+                transfers = (AsyncMultistage(tuner.n_steps, interval, used).l2_states
+                             if interval else 0)
+                plans.append(Plan(used, interval, choices[0],
+                                  tuner.price(used, interval, room, fresh=False),
+                                  tuner.price(used, interval, room), transfers))
+        if not plans:
+            raise MemoryBudgetError(
+                f"memory_budget={None if budget is None else budget.nbytes} bytes leaves no "
+                f"room on Level-2 {planner.storage!r}")
+        return plans
+
+    def _choose(self, stats: Stats) -> None:
+        """Take the schedule the model predicts fastest once memory is warm, or after a first
+        run one within :data:`~asyncckpt._tuning.NEAR_TIE` of it that faults in less fresh
+        memory: an interval, or Revolve in Level-1 alone; under a budget without fixed slots,
+        also the split of the budget between Level-1 slots and the DRAM tier. The prediction
+        adds what this run pays to fault in the memory no earlier run left (see
+        :mod:`asyncckpt._tuning`)."""
+        tuner, planner = self.tuner, self.planner
+        tuner.n_steps = self.nominal_n()
+        tuner.warm_buffers = self.warm_buffers()
+        agree_costs(tuner, self.ranks)
+        plans = self._plans()
+        plan = cheapest_near_fastest(plans) if tuner.runs else fastest_once_warm(plans)
+        if log.isEnabledFor(logging.DEBUG):
+            self._log(plans, plan)
+        slots, interval = plan.slots, plan.interval
+        planner.use_slots(slots)
+        stats.calibration = tuner.record(plan.choice)
+        stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
+                                 predicted_faults_s=plan.faults_s)
+        stats.l1_slots, stats.l1_bytes = planner.l1_slots, planner.l1_bytes
+        self.ranks.same("the plan (l1_slots, interval; 0: Level-1 alone)",
+                        (planner.l1_slots, interval))
+        if interval == 0:
+            planner.level1_only()  # Revolve in the Level-1 slots alone: no Level-2 at all
+        else:
+            planner.with_interval(interval)
+            n = planner.n_timesteps
+            if planner.adaptive and n is not None:
+                costs = tuner.costs()
+                adaptive = predict_adaptive(n, planner.l1_slots, costs, min_interval=interval,
+                                            staging_buffers=tuner.staging_buffers,
+                                            taping=planner.memory.taping)
+                stats.calibration.update(predicted_total_s=adaptive.total_s,
+                                         adaptive_interval=adaptive_interval(costs, interval))
+        planner.predicted_s = stats.calibration["predicted_total_s"]
+
+    def _log(self, plans: list[Plan], chosen: Plan) -> None:
+        tuner = self.tuner
+        for plan in sorted(plans, key=lambda plan: plan.warm_s)[:6]:
+            log.debug("auto considers %d slots, I=%d: %.3f s warm, %.3f s of faults, "
+                      "%d Level-2 writes", plan.slots, plan.interval, plan.warm_s,
+                      plan.faults_s, plan.transfers)
+        log.debug("auto: %d slots, %s, predicted %.3f s (%.3f s of faults), %d warm "
+                  "buffers, tf %.3g s, tb %.3g s, tcall %.3g s, tw %.3g s, tr %.3g s, "
+                  "fault %s s", chosen.slots,
+                  f"I={chosen.interval}" if chosen.interval else "Level-1 alone",
+                  chosen.total_s, chosen.faults_s, tuner.warm_buffers, tuner.tf or 0.0,
+                  tuner.costs().tb, tuner.tcall, tuner.tw, tuner.tr, tuner.fault_s)

@@ -1,0 +1,59 @@
+"""What one run measured: every part that counts something (the transfer engine, the Level-1
+slots, the interpreter, Level-2, the link, the process's memory pool) reset in one call when a
+run begins and gathered into its :class:`~asyncckpt.Stats` as each sweep ends."""
+from __future__ import annotations
+
+from ._engine import TransferEngine
+from ._interpreter import Interpreter, Level1
+from ._link import HostLink
+from ._pool import POOL
+from ._tuning import CallFit
+from .stats import Stats
+from .storage import Storage
+
+__all__ = ["RunMeter"]
+
+
+class RunMeter:
+    """The measurements of a checkpointer's runs, one run at a time."""
+
+    def __init__(self, engine: TransferEngine, level1: Level1, interpreter: Interpreter,
+                 storage: Storage, link: HostLink) -> None:
+        self.engine, self.level1, self.interpreter = engine, level1, interpreter
+        self.storage, self.link = storage, link
+        #: the run's forward calls, for the fit of a call's fixed and per-step costs
+        self.fit = CallFit()
+        self._fresh_base = 0.0
+        self._faults_base = (0, 0.0)
+
+    def start(self) -> None:
+        """A run begins: zero every count."""
+        self.fit = CallFit()
+        self.level1.copies, self.level1.copy_s = 0, 0.0
+        self.interpreter.descriptor_s = 0.0
+        self._fresh_base = self.storage.fresh_s
+        self._faults_base = POOL.faults()
+        self.engine.reset_counters()
+        if self.storage.tiers is not None:
+            self.storage.reset_counters()  # type: ignore[attr-defined]
+
+    def collect(self, stats: Stats) -> None:
+        """Write what the run measured so far into ``stats``."""
+        engine = self.engine
+        stats.l2_writes, stats.l2_reads = engine.writes, engine.reads
+        stats.bytes_written, stats.bytes_read = engine.bytes_written, engine.bytes_read
+        stats.write_stall_s, stats.read_stall_s = engine.write_stall_s, engine.read_stall_s
+        stats.write_busy_s, stats.read_busy_s = engine.write_busy_s, engine.read_busy_s
+        stats.l2_peak_states = engine.peak_held
+        stats.l2_failures = engine.failures
+        stats.write_fresh_s = self.storage.fresh_s - self._fresh_base
+        made, made_s = POOL.faults()
+        stats.fresh_buffers = made - self._faults_base[0]
+        stats.fresh_s = made_s - self._faults_base[1]
+        if self.storage.tiers is not None:
+            stats.l2_tiers = self.storage.counters()  # type: ignore[attr-defined]
+        stats.device_bytes = self.link.device_bytes
+        stats.copies = self.level1.copies + engine.copies
+        stats.copy_s = self.level1.copy_s + engine.copy_s
+        stats.descriptor_s = self.interpreter.descriptor_s
+        stats.forward_calls = int(self.fit.calls)

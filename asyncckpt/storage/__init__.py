@@ -1,0 +1,32 @@
+"""Level-2 storage: where every I-th state waits for the reverse sweep.
+
+Keys are ints (the step t); a value is one flat buffer of ``nbytes`` bytes. ``put`` and ``get``
+block and run on the transfer engine's worker threads, so backends must be thread-safe for
+distinct keys.
+
+The contract is :class:`Storage` (``base``); the backends are host memory (``memory``), a file
+(``files``) and tiers of those (``tiered``); ``spec`` reads what a user writes as ``storage=``.
+"""
+from __future__ import annotations
+
+from .base import Storage, WrapperStorage
+from .files import FileStorage
+from .memory import HostMemoryStorage, PinnedMemoryStorage, release_memory
+from .spec import from_config, memory_tier, open_level2, open_storage, per_rank, tiers_of
+from .tiered import TieredStorage
+
+__all__ = [
+    "Storage",
+    "WrapperStorage",
+    "HostMemoryStorage",
+    "PinnedMemoryStorage",
+    "FileStorage",
+    "TieredStorage",
+    "from_config",
+    "memory_tier",
+    "open_level2",
+    "open_storage",
+    "per_rank",
+    "release_memory",
+    "tiers_of",
+]

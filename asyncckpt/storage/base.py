@@ -1,0 +1,214 @@
+"""The Level-2 contract: :class:`Storage`, what every backend is, and :class:`WrapperStorage`,
+a backend around another one (metering, fault injection, compression)."""
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import InvalidTypeError
+
+__all__ = ["Storage", "WrapperStorage"]
+
+_GIB = float(1 << 30)
+
+
+def gib(nbytes: float) -> str:
+    """``nbytes`` in GiB, for messages."""
+    return f"{nbytes / _GIB:.2f} GiB"
+
+
+class Storage(abc.ABC):
+    """The Level-2 abstract base: the contract every backend keeps.
+
+    Keys are ints (the step t, or negative for the checkpointer's own probes); a value is the
+    bytes of one flat uint8 buffer. The five abstract methods are the whole required contract;
+    :meth:`reserve`, :meth:`adopt` and :meth:`get_config` have working defaults that a backend
+    overrides where it can do better. ``put``, ``get``, ``adopt`` and ``delete`` run on the
+    transfer engine's worker threads, so they must be safe to call from several threads at
+    once for distinct keys. :class:`asyncckpt.testing.StorageTests` checks a backend against
+    this contract.
+
+    Subclass it, or a concrete backend, to add a backend or to inject faults; wrap one in a
+    :class:`WrapperStorage` to change what it does without knowing its class. A subclass that
+    overrides ``put`` sees every write: where it does not also override ``adopt`` below that
+    ``put``, its ``adopt`` is the base one, which calls ``put``.
+
+    What the runtime needs to know of a backend it asks of these attributes, never of its class:
+    :attr:`holds_process_memory`, :attr:`nbytes_held`, :meth:`spares`, :attr:`tiers` and
+    :attr:`fresh_s`.
+    """
+
+    #: Whether stored states occupy this process's memory (host DRAM, pinned memory): a memory
+    #: budget then counts them, and bounds the backend as a tier of its own.
+    holds_process_memory: ClassVar[bool] = False
+
+    #: Seconds spent obtaining fresh memory (first-touch page faults) inside ``put`` and
+    #: ``adopt``; the tuner prices writes without it. Backends that allocate as they go count it.
+    fresh_s: float = 0.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        mro = cls.__mro__
+
+        def owner(name: str) -> int:
+            return next(i for i, klass in enumerate(mro) if name in vars(klass))
+
+        # a put overridden below the adopt it would inherit: that adopt (a DRAM backend's keeps
+        # the buffer without calling put) would skip the override, so adopt calls put instead
+        if owner("put") < owner("adopt"):
+            cls.adopt = Storage.adopt  # type: ignore[method-assign]
+
+    @property
+    def nbytes_held(self) -> int:
+        """Bytes of this process's memory the backend holds (stored and kept for reuse); 0 for a
+        backend that keeps states elsewhere (a file, another process)."""
+        return 0
+
+    def spares(self, nbytes: int) -> int:
+        """Buffers of this process's memory kept, already touched, for the next states of
+        ``nbytes`` bytes: what a run reuses without faulting fresh memory in (default 0)."""
+        return 0
+
+    @property
+    def tiers(self) -> Sequence["Storage"] | None:
+        """The backends this one places states on, fastest first, each with its own costs and
+        capacity (:class:`~asyncckpt.storage.TieredStorage`); None for one device (the
+        default)."""
+        return None
+
+    @abc.abstractmethod
+    def put(self, key: int, buf: np.ndarray) -> None:
+        """Store a copy of the bytes of ``buf`` (a 1-d uint8 array) under ``key``.
+
+        Raises
+        ------
+        StorageKeyError
+            If ``key`` is stored already (nothing is replaced).
+        StorageError
+            If the storage is closed, or the device fails.
+        """
+
+    @abc.abstractmethod
+    def get(self, key: int, out: np.ndarray) -> None:
+        """Copy the bytes stored under ``key`` into ``out`` (a writable 1-d uint8 array).
+
+        Raises
+        ------
+        StorageKeyError
+            If ``key`` is not stored.
+        """
+
+    @abc.abstractmethod
+    def delete(self, key: int) -> None:
+        """Forget ``key`` and release its space.
+
+        Raises
+        ------
+        StorageKeyError
+            If ``key`` is not stored.
+        """
+
+    @abc.abstractmethod
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is stored."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release everything; safe to call twice. ``put`` afterwards raises StorageError."""
+
+    def reserve(self, nbytes: int, count: int) -> None:
+        """Prepare room for ``count`` values of ``nbytes`` bytes before the run. The default does
+        nothing.
+
+        Raises
+        ------
+        StorageFullError
+            Where a backend can tell that they will not fit.
+        """
+
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        """Store the first ``nbytes`` bytes of ``buffer`` (a staging buffer the caller gives up)
+        under ``key``; return a buffer of at least ``nbytes`` bytes to stage into next.
+
+        The default is :meth:`put`, returning ``buffer`` itself. A backend that can keep the
+        buffer as the stored copy (DRAM) returns a spare one instead and saves a copy; a
+        subclass that changes what ``put`` does must then route ``adopt`` through it as well.
+        """
+        self.put(key, buffer[:nbytes])
+        return buffer
+
+    def get_config(self) -> dict[str, Any] | None:
+        """A plain dict that :func:`from_config` rebuilds the backend from (in another process,
+        say), or None where the backend cannot be rebuilt from one (the default)."""
+        return None
+
+    def __enter__(self) -> "Storage":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class WrapperStorage(Storage):
+    """A backend that passes every call to ``inner``: subclass it and override what should
+    change (a ``put`` that counts, a ``get`` that injects a fault, a codec around both).
+
+    What the runtime asks of a backend (:attr:`holds_process_memory`, :attr:`nbytes_held`,
+    :meth:`spares`, :attr:`fresh_s`) is the inner backend's, so a wrapper around host DRAM is
+    counted by a memory budget as DRAM. A wrapper is one device to the runtime: :attr:`tiers`
+    stays None even around a :class:`~asyncckpt.storage.TieredStorage`. ``close`` closes the
+    inner backend.
+
+    Parameters
+    ----------
+    inner : Storage
+        The backend wrapped.
+    """
+
+    def __init__(self, inner: Storage) -> None:
+        if not isinstance(inner, Storage):
+            raise InvalidTypeError(f"{type(self).__name__} wraps a Storage, got "
+                                   f"{type(inner).__name__}")
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+    @property
+    def holds_process_memory(self) -> bool:  # type: ignore[override]
+        return self.inner.holds_process_memory
+
+    @property
+    def fresh_s(self) -> float:  # type: ignore[override]
+        return self.inner.fresh_s
+
+    @property
+    def nbytes_held(self) -> int:
+        return self.inner.nbytes_held
+
+    def spares(self, nbytes: int) -> int:
+        return self.inner.spares(nbytes)
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        self.inner.put(key, buf)
+
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        return self.inner.adopt(key, buffer, nbytes)
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        self.inner.get(key, out)
+
+    def delete(self, key: int) -> None:
+        self.inner.delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.inner
+
+    def reserve(self, nbytes: int, count: int) -> None:
+        self.inner.reserve(nbytes, count)
+
+    def close(self) -> None:
+        self.inner.close()

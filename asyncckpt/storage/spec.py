@@ -1,0 +1,131 @@
+"""The Level-2 grammar: what a user may write as ``storage=`` (None, "dram", a path, a backend,
+a list of tiers; a private directory per MPI rank) and the backends it opens; backends rebuilt
+from their config dicts."""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidTypeError, InvalidValueError
+from .base import Storage
+from .files import FileStorage
+from .memory import HostMemoryStorage, PinnedMemoryStorage
+from .tiered import TieredStorage
+
+__all__ = ["from_config", "open_storage", "per_rank"]
+
+
+def _backends() -> dict[str, type[Storage]]:
+    """Every concrete Storage subclass defined so far, by class name (the first one wins)."""
+    found: dict[str, type[Storage]] = {}
+    pending: list[type[Storage]] = [Storage]  # type: ignore[type-abstract]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            if not getattr(sub, "__abstractmethods__", None):
+                found.setdefault(sub.__name__, sub)
+            pending.append(sub)
+    return found
+
+
+def from_config(config: dict[str, Any]) -> Storage:
+    """Rebuild a backend from its ``get_config()`` dict: ``config["name"]`` names the class
+    (any Storage subclass defined in the process), the other items are its keyword arguments.
+
+    Raises
+    ------
+    InvalidValueError
+        If ``config["name"]`` is not a backend's name.
+    """
+    backends = _backends()
+    name = config.get("name")
+    if name not in backends:
+        raise InvalidValueError(f"config name {name!r} is not a storage backend; expected one of "
+                                f"{', '.join(sorted(backends))}")
+    return backends[name](**{k: v for k, v in config.items() if k != "name"})  # type: ignore[index]
+
+
+def open_storage(storage: Any, device: Any = None) -> tuple[Storage, bool]:
+    """Resolve a Level-2 spec: None or "dram" (any case) for host DRAM (page-locked, a
+    :class:`PinnedMemoryStorage`, where Level-1 is a ``device``), a path for a
+    :class:`FileStorage` with a nameless file under it, a :class:`Storage` instance, or a list
+    or tuple of those: tiers, fastest first, as one :class:`TieredStorage` (a list of one is
+    that one tier).
+
+    Returns
+    -------
+    (Storage, bool)
+        The backend, and whether this call made it (and so whoever called must close it; a
+        TieredStorage made here closes only the tiers made here).
+
+    Raises
+    ------
+    InvalidTypeError
+        If ``storage`` is none of those.
+    """
+    if isinstance(storage, (list, tuple)):
+        if not storage:
+            raise InvalidValueError("storage is an empty list; expected tiers, fastest first, "
+                                    "such as ['dram', '/scratch']")
+        opened: list[tuple[Storage, bool]] = []
+        try:
+            for spec in storage:
+                if isinstance(spec, (list, tuple)):
+                    raise InvalidTypeError(f"storage tiers cannot nest, got {spec!r}")
+                opened.append(open_storage(spec, device))
+        except BaseException:
+            for tier, owned in opened:
+                if owned:
+                    tier.close()
+            raise
+        if len(opened) == 1:
+            return opened[0]
+        return TieredStorage([t for t, _ in opened], owned=[o for _, o in opened]), True
+    if storage is None or (isinstance(storage, str) and storage.strip().lower() == "dram"):
+        return (HostMemoryStorage() if device is None else PinnedMemoryStorage(device)), True
+    if isinstance(storage, (str, os.PathLike)):
+        return FileStorage(storage), True
+    if isinstance(storage, Storage):
+        return storage, False
+    raise InvalidTypeError(
+        f"storage must be None or 'dram' (host DRAM), a path, an asyncckpt.storage.Storage "
+        f"instance, or a list of those (tiers); got {type(storage).__name__}"
+    )
+
+
+
+def per_rank(storage: Any, rank: int) -> Any:
+    """A Level-2 spec with every path replaced by a private directory of this rank under it
+    (``rank00003``); "dram", None and Storage objects stay as they are."""
+    if isinstance(storage, Sequence) and not isinstance(storage, str):
+        return [per_rank(tier, rank) for tier in storage]
+    if storage is None or (isinstance(storage, str) and storage.strip().lower() == "dram"):
+        return storage
+    if isinstance(storage, (str, Path)) or hasattr(storage, "__fspath__"):
+        return Path(storage) / f"rank{rank:05d}"
+    return storage
+
+
+def open_level2(storage: Any, device: Any = None, *, bounded: bool = False) -> tuple[Storage, bool]:
+    """:func:`open_storage` for a checkpointer. ``bounded``: a memory budget bounds what Level-2
+    keeps in process memory, so a backend in process memory (whatever its class: a wrapper
+    around DRAM too) becomes a tier of its own whose bytes the budget can limit (see
+    :func:`memory_tier`)."""
+    opened, owned = open_storage(storage, device)
+    if bounded and opened.tiers is None and opened.holds_process_memory:
+        return TieredStorage([opened], owned=[owned]), True
+    return opened, owned
+
+
+def tiers_of(storage: Storage) -> list[Storage]:
+    """The backends ``storage`` places states on, fastest first (itself, for one device)."""
+    tiers = storage.tiers
+    return [storage] if tiers is None else list(tiers)
+
+
+def memory_tier(storage: Storage) -> int | None:
+    """Which of :func:`tiers_of` keeps its states in this process's memory (the first such), or
+    None."""
+    return next((index for index, tier in enumerate(tiers_of(storage))
+                 if tier.holds_process_memory), None)

@@ -1,0 +1,223 @@
+"""Level-2 in tiers, fastest first (host DRAM, then a disk)."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._buffers import padded
+from ..errors import InvalidTypeError, InvalidValueError, StorageError, StorageFullError, \
+    StorageKeyError
+from .base import Storage
+
+__all__ = ["TieredStorage"]
+
+
+class TieredStorage(Storage):
+    """Level-2 in tiers, fastest first: a state goes to the first tier with room and stays
+    there until deleted; reads go to whichever tier holds it.
+
+    Parameters
+    ----------
+    tiers : sequence of Storage
+        The tiers, fastest first (host DRAM, then a disk, say).
+    capacities : sequence of int or None, optional
+        How many states each tier may hold at once; None (the default for every tier) is no
+        limit. A put that finds no room raises :class:`StorageFullError`.
+    byte_limits : sequence of int or None, optional
+        How many bytes of states (each page-padded) each tier may hold at once, beside its
+        capacity: states of different sizes are counted at their own sizes. None: no limit.
+    owned : sequence of bool, optional
+        Which tiers :meth:`close` closes (default: all).
+    """
+
+    def __init__(self, tiers: Sequence[Storage], capacities: Sequence[int | None] | None = None,
+                 *, byte_limits: Sequence[int | None] | None = None,
+                 owned: Sequence[bool] | None = None) -> None:
+        self._tiers = list(tiers)
+        if not self._tiers or not all(isinstance(t, Storage) for t in self._tiers):
+            raise InvalidTypeError(f"TieredStorage needs one Storage per tier, got {tiers!r}")
+        self.capacities: list[int | None] = (list(capacities) if capacities is not None
+                                             else [None] * len(self.tiers))
+        if len(self.capacities) != len(self.tiers):
+            raise InvalidValueError(f"TieredStorage: {len(self.capacities)} capacities for "
+                                    f"{len(self.tiers)} tiers")
+        self.byte_limits: list[int | None] = (list(byte_limits) if byte_limits is not None
+                                              else [None] * len(self.tiers))
+        if len(self.byte_limits) != len(self.tiers):
+            raise InvalidValueError(f"TieredStorage: {len(self.byte_limits)} byte limits for "
+                                    f"{len(self.tiers)} tiers")
+        self._owned = list(owned) if owned is not None else [True] * len(self.tiers)
+        self._lock = threading.Lock()
+        self._where: dict[int, tuple[int, int]] = {}  # key -> (tier, padded bytes)
+        self._held = [0] * len(self.tiers)
+        self._held_bytes = [0] * len(self.tiers)
+        #: states written to and read from each tier, and the seconds spent, since
+        #: :meth:`reset_counters`
+        self.writes = [0] * len(self.tiers)
+        self.reads = [0] * len(self.tiers)
+        self.write_s = [0.0] * len(self.tiers)
+        self.read_s = [0.0] * len(self.tiers)
+        self._fresh_base = [0.0] * len(self.tiers)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        tiers = ", ".join(f"{t!r} (at most {c})" if c is not None else repr(t)
+                          for t, c in zip(self.tiers, self.capacities))
+        return f"TieredStorage([{tiers}])"
+
+    @property
+    def fresh_s(self) -> float:  # type: ignore[override]
+        return sum(t.fresh_s for t in self.tiers)
+
+    @property
+    def tiers(self) -> list[Storage]:
+        """The tiers, fastest first."""
+        return self._tiers
+
+    @property
+    def holds_process_memory(self) -> bool:  # type: ignore[override]
+        """Whether any tier keeps its states in this process's memory."""
+        return any(t.holds_process_memory for t in self._tiers)
+
+    @property
+    def nbytes_held(self) -> int:
+        """Bytes of process memory the tiers hold (see :attr:`Storage.nbytes_held`)."""
+        return sum(t.nbytes_held for t in self._tiers)
+
+    def spares(self, nbytes: int) -> int:
+        return sum(t.spares(nbytes) for t in self._tiers)
+
+    def reset_counters(self) -> None:
+        """Zero the per-tier counts and times (a new run begins)."""
+        with self._lock:
+            n = len(self.tiers)
+            self.writes, self.reads = [0] * n, [0] * n
+            self.write_s, self.read_s = [0.0] * n, [0.0] * n
+            self._fresh_base = [t.fresh_s for t in self.tiers]
+
+    def counters(self) -> list[dict[str, float]]:
+        """Per tier: writes, reads and the seconds they took (less first-touch time)."""
+        with self._lock:
+            return [{"writes": w, "reads": r,
+                     "write_s": max(0.0, ws - (t.fresh_s - base)), "read_s": rs}
+                    for w, r, ws, rs, t, base in zip(self.writes, self.reads, self.write_s,
+                                                     self.read_s, self.tiers, self._fresh_base)]
+
+    def _count(self, index: int, wrote: bool, seconds: float) -> None:
+        with self._lock:
+            if wrote:
+                self.writes[index] += 1
+                self.write_s[index] += seconds
+            else:
+                self.reads[index] += 1
+                self.read_s[index] += seconds
+
+    def set_capacity(self, tier: int, capacity: int | None) -> None:
+        """Change how many states ``tier`` may hold from now on."""
+        with self._lock:
+            self.capacities[tier] = capacity
+
+    def set_byte_limit(self, tier: int, nbytes: int | None) -> None:
+        """Change how many bytes of states ``tier`` may hold from now on."""
+        with self._lock:
+            self.byte_limits[tier] = nbytes
+
+    def _place(self, key: int, call: str, nbytes: int) -> int:
+        size = padded(nbytes)
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"TieredStorage.{call}({key}): the storage is closed")
+            if key in self._where:
+                raise StorageKeyError(f"TieredStorage.{call}({key}): key already stored")
+            for index, (capacity, limit) in enumerate(zip(self.capacities, self.byte_limits)):
+                if ((capacity is None or self._held[index] < capacity)
+                        and (limit is None or self._held_bytes[index] + size <= limit)):
+                    self._held[index] += 1
+                    self._held_bytes[index] += size
+                    self._where[key] = index, size
+                    return index
+        raise StorageFullError(f"TieredStorage.{call}({key}): every tier is full "
+                               f"({self._held} states of at most {self.capacities}, "
+                               f"{self._held_bytes} bytes of at most {self.byte_limits})")
+
+    def _unplace(self, key: int) -> int:
+        with self._lock:
+            index, size = self._where.pop(key)
+            self._held[index] -= 1
+            self._held_bytes[index] -= size
+            return index
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        index = self._place(key, "put", buf.nbytes)
+        start = time.perf_counter()
+        try:
+            self.tiers[index].put(key, buf)
+        except BaseException:
+            self._unplace(key)
+            raise
+        self._count(index, True, time.perf_counter() - start)
+
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        index = self._place(key, "adopt", nbytes)
+        start = time.perf_counter()
+        try:
+            spare = self.tiers[index].adopt(key, buffer, nbytes)
+        except BaseException:
+            self._unplace(key)
+            raise
+        self._count(index, True, time.perf_counter() - start)
+        return spare
+
+    def tier_of(self, key: int) -> int:
+        """The index of the tier holding ``key``."""
+        with self._lock:
+            place = self._where.get(key)
+        if place is None:
+            raise StorageKeyError(f"TieredStorage: key {key} not stored")
+        return place[0]
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        with self._lock:
+            place = self._where.get(key)
+        if place is None:
+            raise StorageKeyError(f"TieredStorage.get({key}): key not stored")
+        index = place[0]
+        start = time.perf_counter()
+        self.tiers[index].get(key, out)
+        self._count(index, False, time.perf_counter() - start)
+
+    def delete(self, key: int) -> None:
+        with self._lock:
+            if key not in self._where:
+                raise StorageKeyError(f"TieredStorage.delete({key}): key not stored")
+        self.tiers[self._unplace(key)].delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._where
+
+    def reserve(self, nbytes: int, count: int) -> None:
+        """Reserve on each tier, in order, what its capacity lets it take of ``count``."""
+        for tier, capacity, limit in zip(self.tiers, self.capacities, self.byte_limits):
+            if count <= 0:
+                break
+            share = count if capacity is None else min(count, capacity)
+            if limit is not None:
+                share = min(share, limit // padded(nbytes))
+            if share:
+                tier.reserve(nbytes, share)
+            count -= share
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._where.clear()
+        for tier, owned in zip(self.tiers, self._owned):
+            if owned:
+                tier.close()
+
