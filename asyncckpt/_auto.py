@@ -114,12 +114,16 @@ class AutoPlanner:
         tuner, n = self.tuner, self.planner.n_timesteps
         if n is not None and n <= 1:
             return
-        if tuner.tf is None and n is not None:
-            self._probe(stats, interpreter)
-        if tuner.tf is not None:
-            self._choose(stats)
-        else:
-            self.planner.with_interval(1)
+        try:
+            if tuner.tf is None and n is not None:
+                self._probe(stats, interpreter)
+            if tuner.tf is not None:
+                self._choose(stats)
+            else:
+                self.planner.with_interval(1)
+        except BaseException as failure:
+            self.ranks.fail(failure)  # the other ranks must not wait for this one
+            raise
 
     def after_run(self, stats: Stats, fit: CallFit) -> None:
         """Learn the completed run's costs and remember them for the process."""

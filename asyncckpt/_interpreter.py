@@ -248,8 +248,11 @@ class RunDecisions:
         Store as soon as the previous Level-2 write has completed (beyond ``min_interval``).
     stop
         The user's ``stop(t)``, for a run of unknown length.
-    step_seconds
-        A forward step's seconds so far: how many steps a write still running will take.
+    stats
+        The run's measurements: a forward step's seconds so far tell how many steps a write
+        still running will take.
+    model_tf
+        A forward step's seconds by the model, until the run has measured one (0: unknown).
     group
         The ranks of an MPI run, which agree on every answer: store when every rank's write
         has completed, advance as far as the slowest rank's estimate, stop where any rank's
@@ -258,9 +261,9 @@ class RunDecisions:
 
     def __init__(self, engine: TransferEngine, min_interval: int, *, adaptive: bool,
                  stop: Callable[[int], object] | None,
-                 step_seconds: Callable[[], float], group: Ranks | None = None) -> None:
+                 stats: Stats, model_tf: float = 0.0, group: Ranks | None = None) -> None:
         self.engine, self.min_interval, self.adaptive = engine, min_interval, adaptive
-        self._stop, self._step_seconds = stop, step_seconds
+        self._stop, self.stats, self.model_tf = stop, stats, model_tf
         self.group = SoloRanks() if group is None else group
 
     def store(self, t: int, last_store: int) -> bool:
@@ -279,7 +282,9 @@ class RunDecisions:
     def _estimate(self, t: int, last_store: int) -> int:
         running = self.engine.writing_for()
         expected = self.engine.write_seconds()
-        step = self._step_seconds()
+        stats = self.stats
+        step = (stats.forward_compute_s / stats.forward_steps if stats.forward_steps
+                else self.model_tf)
         if running is None or expected is None or step <= 0 or expected <= running:
             # no estimate, or the write is late: look again after an eighth of the interval
             return max(1, (t - last_store) // 8)

@@ -32,11 +32,13 @@ import xxhash
 from ._buffers import copy_in, copy_out, padded
 from ._pool import POOL
 from ._tuning import CallFit
-from .devices import Device, Event, Stream
+from .checkpoint import check_arrays
+from .devices import Device, Event, Stream, device_of
+from .errors import InvalidValueError
 from .devices.base import word_digest
 from .stats import Stats
 
-__all__ = ["HostLink", "DeviceLink"]
+__all__ = ["HostLink", "DeviceLink", "link_for"]
 
 
 class _HostTimer:
@@ -357,3 +359,22 @@ class DeviceLink(HostLink):
             self._device_bytes -= sum(buffer.nbytes for buffer, _, _ in held)
             self._staging, self._twins = [], {}
             self._consumed.clear()
+
+
+def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
+             transfers: str) -> tuple[HostLink, list[Any], str]:
+    """The link of a checkpointer whose state u_0 is ``checkpoint.get_data(0)``: a
+    :class:`DeviceLink` where its arrays are on a device, else a :class:`HostLink`; with
+    u_0's arrays, checked against ``nbytes`` and ``dtype``, and where Level-2 transfers run (on
+    a device always in the background: inline, the caller would wait for every copy)."""
+    first = checkpoint.get_data(0)
+    device = device_of(first) if isinstance(first, (list, tuple)) else None
+    if device is not None:
+        first = device.adapt(first)
+        if transfers == "inline":
+            raise InvalidValueError(
+                f"transfers='inline' would make the caller wait for every device copy; "
+                f"states on {device.name} use 'background' (or 'auto')")
+        transfers = "background"
+    first = check_arrays(first, nbytes, dtype, "checkpoint.get_data(0)", device=device)
+    return (HostLink() if device is None else DeviceLink(device)), first, transfers
