@@ -427,28 +427,25 @@ class CostMemory:
 COSTS = CostMemory()
 
 
+#: The tuner's costs on which every rank takes the largest: the slowest rank sets the pace of
+#: all, since every operator call waits for it (and every rank waits for the one paying most
+#: to fault memory in).
+AGREED_LARGEST = ("tf", "tb", "tcall", "tw", "tr", "tc", "fault_s", "tf_busy", "tcall_busy",
+                  "tb_busy", "tc_busy")
+
+
 def agree_costs(tuner: IntervalTuner, group: Any) -> None:
-    """Give ``tuner`` the largest of every rank's costs (``group``: a
-    :class:`~asyncckpt._mpi.RankGroup`): the slowest rank sets the pace of all, since every
-    operator call waits for it."""
-    mine = (tuner.tf, tuner.tb, tuner.tcall, tuner.tw, tuner.tr, tuner.tc, tuner.tier_costs,
-            tuner.fault_s, tuner.warm_buffers, tuner.tc_busy, tuner.tf_busy, tuner.tcall_busy,
-            tuner.tb_busy)
+    """Give ``tuner`` the largest of every rank's costs (:data:`AGREED_LARGEST`, each tier's
+    too) and the fewest warm buffers (``group``: the ranks, :mod:`asyncckpt._mpi`)."""
+    mine = {name: getattr(tuner, name) for name in (*AGREED_LARGEST, "warm_buffers",
+                                                    "tier_costs")}
     every = group.exchange(mine)
-
-    def largest(values: list[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return max(known) if known else None
-
-    tuner.tf, tuner.tb = largest([c[0] for c in every]), largest([c[1] for c in every])
-    tuner.tcall, tuner.tw, tuner.tr, tuner.tc = (
-        max(c[k] for c in every) for k in (2, 3, 4, 5))
-    # the slowest faults and the fewest warm buffers: every rank waits for the one paying most
-    tuner.fault_s = largest([c[7] for c in every])
-    tuner.warm_buffers = min(c[8] for c in every)
-    tuner.tc_busy, tuner.tf_busy, tuner.tcall_busy, tuner.tb_busy = (
-        largest([c[k] for c in every]) for k in (9, 10, 11, 12))
+    for name in AGREED_LARGEST:
+        known = [costs[name] for costs in every if costs[name] is not None]
+        setattr(tuner, name, max(known) if known else None)
+    tuner.warm_buffers = min(costs["warm_buffers"] for costs in every)
     if tuner.tier_costs is not None:
         tuner.tier_costs = [
-            (max(c[6][i][0] for c in every), max(c[6][i][1] for c in every))
+            (max(costs["tier_costs"][i][0] for costs in every),
+             max(costs["tier_costs"][i][1] for costs in every))
             for i in range(len(tuner.tier_costs))]
