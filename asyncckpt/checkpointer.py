@@ -177,8 +177,8 @@ class AsyncCheckpointer:
         self._actions: Iterator[Action] | None = None
         self._phase = "idle"  # idle -> forward-done -> idle
         self._stats = Stats()
-        log.info("AsyncCheckpointer: n=%s, state %d bytes, %s", self.n_timesteps, self.nbytes,
-                 self.plan)
+        if log.isEnabledFor(logging.INFO):  # the plan's view is built for the message alone
+            log.info("AsyncCheckpointer(n=%s): %s", self.n_timesteps, self.plan)
 
     @property
     def plan(self) -> RunPlan:

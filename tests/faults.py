@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from asyncckpt import FileStorage, HostMemoryStorage, Storage
+from asyncckpt import FileStorage, HostMemoryStorage
 
 
 class FaultyMixin:
@@ -54,9 +54,6 @@ class FaultyMixin:
         if count == self.fail_put_at or key in self.bad_keys:
             raise self.error
         super().put(key, buf)
-
-    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
-        return Storage.adopt(self, key, buffer, nbytes)  # through put, and its faults
 
     def get(self, key: int, out: np.ndarray) -> None:
         with self.counter_lock:
