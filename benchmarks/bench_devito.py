@@ -23,8 +23,21 @@ into the compute of its steps at those quiet costs, the compute beyond them insi
 its copies, the checkpoint descriptor's calls, the runtime's own bookkeeping and what ran
 outside the checkpointer (``<method>_where``; they add up to the run's wall time).
 
+Equal memory (``--memory SHARE|BYTES``): both sides get the same bytes for checkpoints. SHARE
+is a share of the run's states ("2%" or "0.02"), BYTES a size ("148MiB"). pyrevolve gets as many
+slots as whole states fit in it; asyncckpt gets it as ``memory_budget`` (Level-1 slots, staging
+and prefetch buffers and DRAM Level-2 together), with Level-2 beyond it in files under
+``--disk`` (the disk, not the page cache's share of RAM, holds them: the O_DIRECT path). The
+line gives each side over the floor (the forward sweep in one call plus the reverse calls).
+
+Time against n (``--nt 772,1544,3088``, several values, with ``--memory`` in BYTES: a fixed
+budget): one line per nt, then a plot of seconds per step against nt for pyrevolve, asyncckpt and
+the floor (``--plot``). The disk is checked first for room for every state beyond the budget.
+Devito's full history (held in memory) runs only where it fits in half the available memory;
+every gradient is compared bit for bit with it, else with pyrevolve's.
+
 Usage: python benchmarks/bench_devito.py [--shape 81x81x81] [--nt 772] [--repeats 3]
-       [--intervals 1,2,4]
+       [--intervals 1,2,4] [--memory 2%] [--disk DIR] [--plot PATH]
 Needs the ``devito`` extra (``pip install -e '.[devito]'``).
 """
 from __future__ import annotations
@@ -33,11 +46,19 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+#: Devito objects built here, kept alive to the end: freeing a set whose operators never ran
+#: can crash a later operator when the cyclic GC frees it
+_KEEP: list[Any] = []
 
 
 def _problem(shape: tuple[int, ...], nt: int, space_order: int) -> Any:
@@ -46,7 +67,9 @@ def _problem(shape: tuple[int, ...], nt: int, space_order: int) -> Any:
     spacing = tuple(10.0 for _ in shape)
     probe = acoustic_setup(shape=shape, spacing=spacing, tn=1.0, space_order=space_order, nbl=10)
     tn = probe.model.critical_dt * (nt - 1)
-    return acoustic_setup(shape=shape, spacing=spacing, tn=tn, space_order=space_order, nbl=10)
+    solver = acoustic_setup(shape=shape, spacing=spacing, tn=tn, space_order=space_order, nbl=10)
+    _KEEP.extend((probe, solver))
+    return solver
 
 
 def _quiet_costs(solver: Any, rec: Any, nt: int, space_order: int,
@@ -121,40 +144,73 @@ def _where(run: dict[str, float], quiet: dict[str, float], n: int) -> dict[str, 
     return {k: round(v, 3) for k, v in parts.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="81x81x81", help="grid points per axis, e.g. 101x101")
-    parser.add_argument("--nt", type=int, default=772, help="time samples (n = nt - 2 steps)")
-    parser.add_argument("--space-order", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--pyrevolve-slots", type=int, default=20,
-                        help="pyrevolve run beside its default; 0 skips it")
-    parser.add_argument("--intervals", default="",
-                        help="fixed intervals to run beside 'auto', e.g. 1,2,4 (default: none)")
-    args = parser.parse_args()
+def memory_bytes(text: str, all_states_bytes: int) -> int:
+    """``--memory``: a share of all the run's states ("2%", "0.02") or a size ("148MiB")."""
+    from asyncckpt._options import parse_bytes
 
-    from devito import configuration
+    text = text.strip()
+    if text.endswith("%"):
+        share = float(text[:-1]) / 100
+    else:
+        try:
+            share = float(text)
+        except ValueError:
+            return parse_bytes("--memory", text)
+        if share >= 1:
+            return parse_bytes("--memory", int(share))
+    if not 0 < share <= 1:
+        raise SystemExit(f"--memory share must be in (0, 100%], got {text!r}")
+    return int(share * all_states_bytes)
 
-    configuration["log-level"] = "WARNING"
+
+def check_disk(directory: Path, nbytes: int) -> None:
+    """Refuse to start a run whose Level-2 beyond the budget cannot fit on ``directory``."""
+    free = shutil.disk_usage(directory).free
+    if free < nbytes * 1.05:
+        raise SystemExit(f"--disk {directory}: {nbytes / 2**30:.1f} GiB needed for every state "
+                         f"beyond the budget (and 5% spare), {free / 2**30:.1f} GiB free; name "
+                         f"another --disk, or lower --nt")
+
+
+def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
+    """Every method's gradient at ``nt``, interleaved ``args.repeats`` times; one JSON dict."""
+    import psutil
     import pyrevolve
     from examples.seismic.acoustic import wavesolver
 
     import asyncckpt.compat as compat
 
     shape = tuple(int(x) for x in args.shape.split("x"))
-    solver = _problem(shape, args.nt, args.space_order)
-    rec, u_saved, _ = solver.forward(save=True)
-    state_bytes = u_saved._data[0].nbytes * 2  # the checkpoint: two time levels
-    last_stats: dict[str, Any] = {}
+    solver = _problem(shape, nt, args.space_order)
+    rec, u, _ = solver.forward(save=False)
+    n = nt - 2
+    state_bytes = u._data[0].nbytes * 2  # the checkpoint: two time levels
+    # Devito's full history holds one time level per step
+    history_bytes = u._data[0].nbytes * nt
+    with_history = history_bytes < psutil.virtual_memory().available / 2
+    memory = memory_bytes(args.memory, n * state_bytes) if args.memory else None
+    slots = memory // state_bytes if memory else args.pyrevolve_slots
+    if memory is not None:
+        if slots < 1:
+            raise SystemExit(f"--memory {args.memory} ({memory} bytes) holds no state of "
+                             f"{state_bytes} bytes")
+        check_disk(disk, (n - slots) * state_bytes)
+    last: dict[str, Any] = {}
+    u_saved = None
 
     class PyrevolveWithSlots(pyrevolve.Revolver):  # type: ignore[misc]
         def __init__(self, cp, fwd, rev, n_checkpoints, n_timesteps, **kw):  # type: ignore[no-untyped-def]
-            super().__init__(cp, fwd, rev, args.pyrevolve_slots, n_timesteps, **kw)
+            super().__init__(cp, fwd, rev, slots, n_timesteps, **kw)
 
     class Compat(compat.Revolver):
+        def __init__(self, cp, fwd, rev, n_checkpoints, n_timesteps, **kw):  # type: ignore[no-untyped-def]
+            if memory is not None:
+                kw.update(memory_budget=memory, storage=["dram", disk])
+            super().__init__(cp, fwd, rev, n_checkpoints, n_timesteps, **kw)
+
         def apply_reverse(self) -> None:
             super().apply_reverse()
-            last_stats["stats"] = self.stats
+            last["stats"], last["plan"] = self.stats, self.checkpointer.plan
 
     def gradient(method: str) -> tuple[float, np.ndarray]:
         nonlocal u_saved
@@ -165,7 +221,6 @@ def main() -> None:
             grad, _ = solver.jacobian_adjoint(rec, u_saved, checkpointing=False)
             seconds = time.perf_counter() - start
             # a program that checkpoints holds no full history: the others run without it
-            # (held, it took 7.7 GB of the 24 that the default budget takes a quarter of)
             u_saved = None
             gc.collect()
             return seconds, grad.data.copy()
@@ -181,25 +236,28 @@ def main() -> None:
 
     protocols = ["asyncckpt-taping", "asyncckpt-taping-free"]
     fixed = [int(k) for k in args.intervals.split(",") if k.strip()]
-    methods = ["full-history", "pyrevolve", *protocols]
-    methods += [f"{protocol}-I{k}" for protocol in protocols for k in fixed]
-    if args.pyrevolve_slots:
-        methods.insert(2, "pyrevolve-slots")
+    # with --memory, "pyrevolve" is pyrevolve with the same bytes; else its default, and
+    # "pyrevolve-slots" beside it
+    peer = "pyrevolve-slots" if memory is not None else "pyrevolve"
+    methods = (["full-history"] if with_history else []) + [peer]
+    if memory is None and slots:
+        methods.append("pyrevolve-slots")
+    methods += protocols + [f"{protocol}-I{k}" for protocol in protocols for k in fixed]
     times: dict[str, list[float]] = {m: [] for m in methods}
     equal = {m: True for m in methods}
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in methods if "asyncckpt" in m}
+    plans: dict[str, Any] = {}
     reference = None
-    quiet = _quiet_costs(solver, rec, args.nt, args.space_order, args.repeats)
-    n = args.nt - 2
+    quiet = _quiet_costs(solver, rec, nt, args.space_order, args.repeats)
     for _ in range(args.repeats):
         for method in methods:
             seconds, grad = gradient(method)
             times[method].append(seconds)
-            if method == "full-history":
+            if reference is None:  # the full history, else pyrevolve
                 reference = grad
             equal[method] &= bool(np.array_equal(grad, reference))
             if method in runs:
-                stats = last_stats.pop("stats")
+                stats, plans[method] = last.pop("stats"), last.pop("plan")
                 calibration = stats.calibration
                 runs[method].append({
                     "interval": stats.interval, "l1_slots": stats.l1_slots,
@@ -207,6 +265,7 @@ def main() -> None:
                     "forward_compute_s": stats.forward_compute_s,
                     "reverse_compute_s": stats.reverse_compute_s, "copy_s": stats.copy_s,
                     "stall_s": stats.write_stall_s + stats.read_stall_s,
+                    "write_stall_s": stats.write_stall_s, "read_stall_s": stats.read_stall_s,
                     "overhead_s": stats.total_s - stats.forward_compute_s
                     - stats.reverse_compute_s - stats.copy_s,
                     "measured_over_predicted": calibration.get("measured_over_predicted", 0.0),
@@ -215,20 +274,36 @@ def main() -> None:
                     "copies": stats.copies, "descriptor_s": stats.descriptor_s,
                     "total_s": stats.total_s, "wall_s": seconds,
                     "taping_free": not stats.taping,
+                    "l2_writes_per_tier": [tier["writes"] for tier in stats.l2_tiers],
                 })
     median = {m: statistics.median(v) for m, v in times.items()}
     out: dict[str, Any] = {
-        "shape": args.shape, "nt": args.nt, "repeats": args.repeats,
+        "shape": args.shape, "nt": nt, "repeats": args.repeats,
         "state_mib": round(state_bytes / 2**20, 2),
         "seconds": {m: round(v, 3) for m, v in median.items()},
         # every run in order: the first gradients of a process pay for fresh memory
         "runs_s": {m: [round(t, 2) for t in v] for m, v in times.items()},
-        "bitwise_equal_to_full_history": equal,
+        "bitwise_equal_to": "full-history" if with_history else peer,
+        "bitwise_equal": equal,
         "quiet_s": {k: float(f"{v:.4g}") for k, v in quiet.items()},
     }
+    if memory is not None:
+        out["memory"] = {
+            "bytes": memory, "share_of_all_states": round(memory / (n * state_bytes), 4),
+            "pyrevolve_slots": slots,
+            # what asyncckpt's plan made of the same bytes: slots, staging and prefetch
+            # buffers, DRAM Level-2 states; the rest of Level-2 went to --disk
+            "asyncckpt": {m: {"l1_slots": plans[m].l1_slots, "l1_bytes": plans[m].l1_bytes,
+                              "interval": plans[m].interval,
+                              "level2": list(plans[m].level2),
+                              "capacities": list(plans[m].capacities)} for m in protocols},
+            "disk": str(disk)}
+    floor = quiet["forward_one_call"] + quiet["reverse_call_per_step"]
+    out["floor_s"] = round(floor, 3)
+    out["seconds_per_step"] = {m: round(v / n, 6) for m, v in median.items()}
+    out["seconds_per_step"]["floor"] = round(floor / n, 6)
     warm_copies = n * quiet["copy_warm"]
-    limit = {"asyncckpt-taping-free": quiet["forward_one_call"]
-             + quiet["reverse_call_per_step"] + warm_copies}
+    limit = {"asyncckpt-taping-free": floor + warm_copies}
     limit["asyncckpt-taping"] = limit["asyncckpt-taping-free"] + quiet["forward_call_per_step"]
     out["limit_s"] = {m: round(v, 3) for m, v in limit.items()}
     # "auto" against fixed intervals once memory is warm: "auto" runs first, so its first
@@ -239,22 +314,106 @@ def main() -> None:
         out[f"{protocol}_auto_over_best_fixed"] = {  # within 5% where the ratio is <= 1.05
             "best_interval": best, "ratio": round(warm[protocol] / warm[f"{protocol}-I{best}"], 3),
             "medians_after_the_first_run": True}
+    out[f"{peer}_over_floor"] = round(median[peer] / floor, 3)
     for method in protocols:
-        out[f"pyrevolve_over_{method}"] = round(median["pyrevolve"] / median[method], 3)
-        if args.pyrevolve_slots:
-            out[f"pyrevolve{args.pyrevolve_slots}_over_{method}"] = round(
+        out[f"{peer}_over_{method}"] = round(median[peer] / median[method], 3)
+        if peer != "pyrevolve-slots" and "pyrevolve-slots" in median:
+            out[f"pyrevolve{slots}_over_{method}"] = round(
                 median["pyrevolve-slots"] / median[method], 3)
-        out[f"{method}_over_full_history"] = round(median[method] / median["full-history"], 3)
+        out[f"{method}_over_floor"] = round(median[method] / floor, 3)
+        if with_history:
+            out[f"{method}_over_full_history"] = round(median[method] / median["full-history"], 3)
         out[f"{method}_over_limit"] = round(median[method] / limit[method], 3)
         # the last run: where the time went, once costs were learned
-        last = runs[method][-1]
-        out[f"{method}_last_run"] = {k: round(float(v), 3) for k, v in last.items()}
-        out[f"{method}_where"] = _where(last, quiet, n)
+        final = runs[method][-1]
+        out[f"{method}_last_run"] = {k: v if isinstance(v, list) else round(float(v), 3)
+                                     for k, v in final.items()}
+        out[f"{method}_where"] = _where(final, quiet, n)
         # each run's plan: (interval, 0 for Level-1 alone; slots; measured/predicted; faults)
         out[f"{method}_plans"] = [[r["interval"], r["l1_slots"],
                                    round(r["measured_over_predicted"], 2), round(r["fresh_s"], 1)]
                                   for r in runs[method]]
-    print(json.dumps(out))
+    return out
+
+
+def plot_time_against_n(lines: list[dict[str, Any]], path: Path) -> None:
+    """Seconds per step against n for every method and the floor (the paper's Figure 5)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    steps = [line["nt"] - 2 for line in lines]
+    names = {"pyrevolve-slots": "pyrevolve (Revolve), same bytes",
+             "asyncckpt-taping": "asyncckpt, taping", "asyncckpt-taping-free":
+             "asyncckpt, taping-free", "full-history": "Devito full history",
+             "floor": "floor: forward in one call + reverse calls"}
+    for method, label in names.items():
+        points = [(s, line["seconds_per_step"][method] * 1e3) for s, line in zip(steps, lines)
+                  if method in line["seconds_per_step"]]
+        if points:
+            ax.plot(*zip(*points), marker="o", label=label,
+                    linestyle="--" if method == "floor" else "-")
+    memory = lines[0]["memory"]
+    ax.set_xlabel("time steps n")
+    ax.set_ylabel("milliseconds per step (median)")
+    ax.set_title(f"Devito acoustic {lines[0]['shape']}, {lines[0]['state_mib']} MiB states, "
+                 f"{memory['bytes'] / 2**20:.0f} MiB for checkpoints", fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="81x81x81", help="grid points per axis, e.g. 101x101")
+    parser.add_argument("--nt", default="772",
+                        help="time samples (n = nt - 2 steps); several, comma-separated, give "
+                             "time against n at a fixed --memory")
+    parser.add_argument("--space-order", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--memory", default=None,
+                        help="equal memory: a share of all states ('2%%', '0.05') or bytes "
+                             "('148MiB') for each side's checkpoints")
+    parser.add_argument("--disk", type=Path, default=None,
+                        help="directory for asyncckpt's Level-2 beyond --memory (default: a "
+                             "temporary directory under the system's)")
+    parser.add_argument("--plot", type=Path, default=Path("results/devito/time_vs_n.png"),
+                        help="with several --nt: the plot's path")
+    parser.add_argument("--pyrevolve-slots", type=int, default=20,
+                        help="without --memory: pyrevolve with this many slots beside its "
+                             "default; 0 skips it")
+    parser.add_argument("--intervals", default="",
+                        help="fixed intervals to run beside 'auto', e.g. 1,2,4 (default: none)")
+    args = parser.parse_args()
+    nts = sorted({int(x) for x in args.nt.split(",") if x.strip()})
+    if len(nts) > 1 and (args.memory is None or args.memory.strip().endswith("%")
+                         or _is_fraction(args.memory)):
+        parser.error("several --nt compare at a fixed budget: give --memory in bytes ('148MiB')")
+
+    from devito import configuration
+
+    configuration["log-level"] = "WARNING"
+    with tempfile.TemporaryDirectory(prefix="bench-devito-", dir=args.disk) as disk:
+        lines = []
+        for nt in nts:
+            lines.append(measure(args, nt, Path(disk)))
+            print(json.dumps(lines[-1]), flush=True)
+    if len(lines) > 1:
+        plot_time_against_n(lines, args.plot)
+        print(json.dumps({"plot": str(args.plot), "seconds_per_step": {
+            line["nt"]: line["seconds_per_step"] for line in lines}}))
+
+
+def _is_fraction(text: str) -> bool:
+    try:
+        return float(text) < 1
+    except ValueError:
+        return False
 
 
 if __name__ == "__main__":
