@@ -20,6 +20,15 @@ __all__ = ["FileStorage"]
 
 log = logging.getLogger(__name__)
 
+#: A file that held at least this much is closed on a thread of its own: freeing its blocks
+#: waits on the device (0.5 s for 3.8 GB on a disk mounted with ``discard`` here, at no CPU)
+RELEASE_IN_BACKGROUND_BYTES = 256 << 20
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
 
 def _open_unnamed(directory: Path) -> int:
     """Open a new file (mode 0600) under ``directory`` that no name reaches, so that its bytes
@@ -46,7 +55,8 @@ class FileStorage(Storage):
         The backend's one file there has no name from the moment it is opened (O_TMPFILE, or a
         name unlinked at once; mode 0600): no other process can open it, two checkpointers on
         one path never meet, and its bytes are freed with the last descriptor, on ``close``, at
-        exit or when the process is killed (SIGKILL included).
+        exit or when the process is killed (SIGKILL included). ``close`` of a large file returns
+        at once and lets a short-lived thread wait while the device frees its blocks.
     direct : bool or None
         Use O_DIRECT for page-aligned states of ``direct_min_bytes`` or more (sustained disk
         writes at 2.65 GB/s against 0.37 GB/s through the page cache here). None (default): where
@@ -289,10 +299,15 @@ class FileStorage(Storage):
         self._cleanup()
 
     def _cleanup(self) -> None:
-        for fd in (self._fd, self._direct_fd):
-            if fd >= 0:
-                os.close(fd)
+        fds = [fd for fd in (self._fd, self._direct_fd) if fd >= 0]
         self._fd = self._direct_fd = -1
+        held = getattr(self, "_allocated", 0) * getattr(self, "_record", 0)  # 0 in __init__
+        if held >= RELEASE_IN_BACKGROUND_BYTES:
+            # the file has no name: nothing can reach it while its blocks are being freed
+            threading.Thread(target=_close_all, args=(fds,), name="asyncckpt-file-release",
+                             daemon=True).start()
+        else:
+            _close_all(fds)
         self._remove_made_root()
 
     def _remove_made_root(self) -> None:
