@@ -9,7 +9,7 @@ of the same operators and state size (a fresh ``Revolver`` per gradient, as Devi
 starts from it.
 
 Memory a run touches for the first time costs a page fault per page, which on some machines
-(virtual ones whose host backs guest memory lazily) runs at 0.4 GB/s, 25 ms per 10 MiB state.
+(virtual ones whose host backs guest memory lazily) runs 30 times slower than a copy.
 Buffers are kept for the next run (:mod:`asyncckpt._pool`), so that price is paid once per
 process: "auto" chooses the schedule fastest once memory is warm (an adjoint code evaluates many
 gradients), and predicts each run with the faults it will pay.
@@ -106,9 +106,8 @@ def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan
     model cannot tell apart, the next run's faults do, so a run keeps the plan whose memory an
     earlier run left warm instead of flipping on noise (a run once paid 7.6 s of faults for a
     predicted 0.2 s). Then background traffic decides: the model does not price what a transfer
-    takes from the compute beside it (on two cores a Devito forward step measured 1.22 ms
-    beside no transfers, 1.45 to 1.51 ms beside one per step, and the plan that wrote every
-    state ran 10 to 13% slower than store-all in Level-1 that the model found 1% slower).
+    takes from the compute beside it (on two cores a Devito forward step ran 20% slower beside
+    one transfer per step: docs/benchmarks.md).
     """
     if not plans:
         raise ValueError("no plan to choose from")
@@ -229,8 +228,8 @@ class IntervalTuner:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
         cost of a store or load instead of overlapping. ``busy``: the costs of a plan with
         Level-2 transfers, whose steps and copies run beside the I/O thread's checksums and
-        reads, as runs with them measured (Devito 3D: a 10 MiB copy took 1.2 ms there against
-        0.6 ms in Level-1 alone, a forward step 1.45 to 1.51 ms against 1.22); each cost is
+        reads, as runs with them measured (on Devito 3D, twice as long a copy and a 20% longer
+        forward step than in Level-1 alone); each cost is
         taken from the other kind of run until one of this kind has measured it. Until a
         reverse sweep has been timed, a reverse step (taping step included) is taken as two
         forward steps."""

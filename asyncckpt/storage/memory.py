@@ -80,7 +80,8 @@ class HostMemoryStorage(Storage):
         """Check that ``count`` states of ``nbytes`` fit in the available memory.
 
         Nothing is allocated here: buffers are allocated and touched by ``put`` and ``adopt``,
-        which run on the I/O thread, so the page faults of fresh memory (0.4 to 1.4 GB/s here)
+        which run on the I/O thread, so the page faults of fresh memory (an order of magnitude
+        slower than copies into touched memory)
         overlap the computation instead of delaying the run's start.
         """
         need = nbytes * count
