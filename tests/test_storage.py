@@ -12,7 +12,10 @@ import pytest
 from asyncckpt import FileStorage, HostMemoryStorage, Storage, StorageFullError, StorageKeyError
 from asyncckpt.storage import TieredStorage
 from asyncckpt._buffers import PAGE, aligned_buffer
+from asyncckpt.storage.files import RELEASE_IN_BACKGROUND_BYTES
 from asyncckpt.testing import StorageTests
+from conftest import wait_no_threads
+
 
 class ProjectBackend(StorageTests):
     """The shipped conformance suite, plus what this project's backends promise beyond it."""
@@ -169,6 +172,26 @@ def test_the_file_has_no_name_and_each_backend_its_own(disk_dir: Path) -> None:
         a.close()
         b.close()
     assert list(disk_dir.iterdir()) == []
+
+
+
+def test_closing_a_large_file_releases_it_and_leaves_no_thread(disk_dir: Path) -> None:
+    """A file that held hundreds of MiB is released on a short-lived thread (the device may
+    take a while to free its blocks): its descriptors still close, and no thread or file is
+    left."""
+    nbytes = RELEASE_IN_BACKGROUND_BYTES // 2
+    backend = FileStorage(disk_dir)
+    buf = aligned_buffer(nbytes)[:nbytes]
+    for key in range(3):
+        buf[:PAGE] = key
+        backend.put(key, buf)
+    link = f"/proc/self/fd/{backend.fileno()}"
+    target = os.readlink(link)
+    backend.close()
+    assert wait_no_threads() == []
+    assert not os.path.lexists(link) or os.readlink(link) != target  # its descriptor closed
+    assert list(disk_dir.iterdir()) == []
+    backend.close()  # a second close does nothing
 
 
 _KILLED_WRITER = """

