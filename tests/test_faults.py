@@ -335,17 +335,26 @@ def test_ctrl_c_while_waiting_for_a_stalled_device(receiver: str) -> None:
         assert target.ident is not None
         signal.pthread_kill(target.ident, signal.SIGINT)
 
+    def interrupt_then_unstall() -> None:
+        interrupt()
+        if not handled.wait(2):  # fail in seconds, not at the suite's timeout with a thread left
+            storage.gate.set()
+
     model = RecurrentCell(N)
     storage = Stalled()
     ckp = checkpointer(model, storage, staging_buffers=1)
-    timer = threading.Thread(target=interrupt, name="interrupter")
+    timer = threading.Thread(target=interrupt_then_unstall, name="interrupter")
     sent: list[float] = []
+    handled = threading.Event()
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            model.reset()
-            ckp.apply_forward()  # the second store waits for the stalled first write
-            timer.join(10)  # not reached, unless the signal came too early
+            try:
+                model.reset()
+                ckp.apply_forward()  # the second store waits for the stalled first write
+                timer.join(10)  # not reached, unless the signal came too early
+            finally:
+                handled.set()
         assert sent and time.monotonic() - sent[0] < 1
     finally:
         storage.gate.set()
