@@ -144,23 +144,29 @@ def _where(run: dict[str, float], quiet: dict[str, float], n: int) -> dict[str, 
     return {k: round(v, 3) for k, v in parts.items()}
 
 
-def memory_bytes(text: str, all_states_bytes: int) -> int:
-    """``--memory``: a share of all the run's states ("2%", "0.02") or a size ("148MiB")."""
+def parse_memory(text: str) -> float | int:
+    """``--memory``: a share of all the run's states ("2%", "0.02"; a float in (0, 1]) or a
+    size ("148MiB", "160000000"; an int of bytes)."""
     from asyncckpt._options import parse_bytes
 
     text = text.strip()
-    if text.endswith("%"):
-        share = float(text[:-1]) / 100
-    else:
-        try:
-            share = float(text)
-        except ValueError:
-            return parse_bytes("--memory", text)
-        if share >= 1:
-            return parse_bytes("--memory", int(share))
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        share = None
+    if share is None or (not text.endswith("%") and share >= 1):
+        try:  # argparse would replace its message with a generic one
+            return parse_bytes("--memory", text if share is None else int(share))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
     if not 0 < share <= 1:
-        raise SystemExit(f"--memory share must be in (0, 100%], got {text!r}")
-    return int(share * all_states_bytes)
+        raise argparse.ArgumentTypeError(f"--memory share must be in (0, 100%], got {text!r}")
+    return share
+
+
+def memory_bytes(memory: float | int, all_states_bytes: int) -> int:
+    """The bytes of a ``--memory`` value, a share of ``all_states_bytes`` or a size."""
+    return int(memory * all_states_bytes) if isinstance(memory, float) else memory
 
 
 def check_disk(directory: Path, nbytes: int) -> None:
@@ -188,7 +194,7 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
     # Devito's full history holds one time level per step
     history_bytes = u._data[0].nbytes * nt
     with_history = history_bytes < psutil.virtual_memory().available / 2
-    memory = memory_bytes(args.memory, n * state_bytes) if args.memory else None
+    memory = None if args.memory is None else memory_bytes(args.memory, n * state_bytes)
     slots = memory // state_bytes if memory else args.pyrevolve_slots
     if memory is not None:
         if slots < 1:
@@ -376,7 +382,7 @@ def main() -> None:
                              "time against n at a fixed --memory")
     parser.add_argument("--space-order", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--memory", default=None,
+    parser.add_argument("--memory", type=parse_memory, default=None,
                         help="equal memory: a share of all states ('2%%', '0.05') or bytes "
                              "('148MiB') for each side's checkpoints")
     parser.add_argument("--disk", type=Path, default=None,
@@ -391,8 +397,7 @@ def main() -> None:
                         help="fixed intervals to run beside 'auto', e.g. 1,2,4 (default: none)")
     args = parser.parse_args()
     nts = sorted({int(x) for x in args.nt.split(",") if x.strip()})
-    if len(nts) > 1 and (args.memory is None or args.memory.strip().endswith("%")
-                         or _is_fraction(args.memory)):
+    if len(nts) > 1 and not isinstance(args.memory, int):
         parser.error("several --nt compare at a fixed budget: give --memory in bytes ('148MiB')")
 
     from devito import configuration
@@ -407,13 +412,6 @@ def main() -> None:
         plot_time_against_n(lines, args.plot)
         print(json.dumps({"plot": str(args.plot), "seconds_per_step": {
             line["nt"]: line["seconds_per_step"] for line in lines}}))
-
-
-def _is_fraction(text: str) -> bool:
-    try:
-        return float(text) < 1
-    except ValueError:
-        return False
 
 
 if __name__ == "__main__":
