@@ -95,6 +95,8 @@ class FileStorage(Storage):
         self.path = root
         self.direct_min_bytes = direct_min_bytes
         self._fd = self._direct_fd = -1
+        self._record = 0  # bytes per record, fixed by the first put or reserve
+        self._allocated = 0  # records backed by fallocate
         try:
             self._fd = _open_unnamed(root)
         except OSError as exc:
@@ -112,12 +114,10 @@ class FileStorage(Storage):
                                             f"{str(root)!r}: {exc.strerror}") from exc
         self._lock = threading.Lock()
         self._bounce = threading.local()
-        self._record = 0  # bytes per record, fixed by the first put or reserve
         self._nbytes = 0
         self._slots: dict[int, int] = {}
         self._free: list[int] = []
         self._n_records = 0
-        self._allocated = 0  # records backed by fallocate
         self._closed = False
         log.debug("FileStorage under %s (O_DIRECT %s)", self.path, self.direct)
 
@@ -301,8 +301,7 @@ class FileStorage(Storage):
     def _cleanup(self) -> None:
         fds = [fd for fd in (self._fd, self._direct_fd) if fd >= 0]
         self._fd = self._direct_fd = -1
-        held = getattr(self, "_allocated", 0) * getattr(self, "_record", 0)  # 0 in __init__
-        if held >= RELEASE_IN_BACKGROUND_BYTES:
+        if self._allocated * self._record >= RELEASE_IN_BACKGROUND_BYTES:
             # the file has no name: nothing can reach it while its blocks are being freed
             threading.Thread(target=_close_all, args=(fds,), name="asyncckpt-file-release",
                              daemon=True).start()
