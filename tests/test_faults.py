@@ -297,6 +297,22 @@ def test_recompute_policy_cannot_rebuild_the_initial_state() -> None:
     storage.close()
 
 
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own SIGINT handler for the test's duration.
+
+    A process started as a background job of a non-interactive shell (``cmd &`` in a script, as
+    CI runners may start the suite) inherits SIGINT ignored, and Python then installs no handler:
+    Ctrl-C could never raise KeyboardInterrupt there, whatever the runtime does.
+    """
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint_handler")
 @pytest.mark.parametrize("receiver", ["process", "io-thread", "idle-thread"])
 def test_ctrl_c_while_waiting_for_a_stalled_device(receiver: str) -> None:
     """SIGINT lands within a second whichever thread the kernel hands it to: a wait of the
