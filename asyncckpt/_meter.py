@@ -25,6 +25,7 @@ class RunMeter:
         self.fit = CallFit()
         self._fresh_base = 0.0
         self._faults_base = (0, 0.0)
+        self._codec_base = storage.compression
 
     def start(self) -> None:
         """A run begins: zero every count."""
@@ -34,6 +35,7 @@ class RunMeter:
         self._fresh_base = self.storage.fresh_s
         self._faults_base = POOL.faults()
         self.engine.reset_counters()
+        self._codec_base = self.storage.compression
         if self.storage.tiers is not None:
             self.storage.reset_counters()  # type: ignore[attr-defined]
 
@@ -52,6 +54,13 @@ class RunMeter:
         stats.fresh_s = made_s - self._faults_base[1]
         if self.storage.tiers is not None:
             stats.l2_tiers = self.storage.counters()  # type: ignore[attr-defined]
+        codec = self.storage.compression
+        if codec is None:
+            stats.l2_stored_bytes = engine.bytes_written
+        else:
+            done = codec - self._codec_base
+            stats.l2_stored_bytes = done.stored_bytes
+            stats.compress_s, stats.decompress_s = done.compress_s, done.decompress_s
         stats.device_bytes = self.link.device_bytes
         stats.copies = self.level1.copies + engine.copies
         stats.copy_s = self.level1.copy_s + engine.copy_s

@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext, suppress
+from dataclasses import replace
 from typing import Any
 
 from threadpoolctl import threadpool_limits
@@ -30,9 +31,10 @@ from ._options import Options, check_operator, check_stop
 from ._plan import RunPlan
 from ._tuning import IntervalTuner
 from .checkpoint import as_dtype, check_descriptor
+from .compression import make_codec
 from .errors import UsageError
 from .stats import Stats
-from .storage import Storage, open_level2
+from .storage import CompressedStorage, Storage, open_level2
 
 __all__ = ["AsyncCheckpointer", "RunPlan"]
 
@@ -78,6 +80,11 @@ class AsyncCheckpointer:
         Level-2 transfers on the I/O threads, or on the caller's thread for tiny states.
     verify : bool
         Check every Level-2 read against a checksum taken at write time (default True).
+    compression : None, str, dict or Codec
+        Compress states on the I/O threads on their way to Level-2, which then holds them at
+        their compressed size (a budget's DRAM tier holds more of them): None (default), "lz4"
+        or "zstd" (lossless: bit-identical gradients), ``{"codec": "zfp", "tolerance": 1e-6}``
+        (lossy, error-bounded), or a :class:`~asyncckpt.compression.Codec` (docs/compression.md).
     on_level2_error : {"raise", "recompute"}
         A failed or corrupted transfer raises :class:`~asyncckpt.TransferError` on the
         caller's thread, or its state is rebuilt exactly in the reverse sweep
@@ -116,6 +123,7 @@ class AsyncCheckpointer:
         io_threads: int = 1,
         transfers: str = "auto",
         verify: bool = True,
+        compression: Any = None,
         on_level2_error: str = "raise",
         blas_threads: int | None = None,
         taping: bool = True,
@@ -140,6 +148,11 @@ class AsyncCheckpointer:
         self.ranks: Ranks = ranks_of(comm)
         self.checkpoint, self.dtype = checkpoint, as_dtype(checkpoint.dtype)
         self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
+        codec = make_codec(compression, self.dtype)
+        if codec is not None and not codec.lossless:
+            # a lossy read differs from the state written: the codec's own checksum of the
+            # stored bytes guards it instead
+            options = self._options = replace(options, verify=False)
         self._link, first, transfers = link_for(checkpoint, self.nbytes, self.dtype,
                                                 options.transfers)
         #: The device Level-1 lives on (where u_0's arrays are), or None for host memory.
@@ -147,8 +160,11 @@ class AsyncCheckpointer:
         self._level1 = Level1(self.nbytes, self._link)
         self._owns_storage = False
         try:
+            # each I/O thread of a codec keeps a buffer for a compressed state beside the
+            # staging buffers: the budget counts it as one of them
+            engine_held = options.staging_buffers + (options.io_threads if codec else 0)
             memory = MemoryPlan.make(self.nbytes, self.n_timesteps, self.taping,
-                                     options.staging_buffers, options.memory_budget,
+                                     engine_held, options.memory_budget,
                                      options.host_memory_budget, on_host=self.device is None,
                                      ranks=self.ranks)
             self.memory_budget = None if memory.budget is None else memory.budget.nbytes
@@ -158,6 +174,11 @@ class AsyncCheckpointer:
                 storage = ["dram", tempfile.gettempdir()]  # DRAM up to the budget, then spill
             self.storage, self._owns_storage = open_level2(
                 self.ranks.storage_spec(storage), self.device, bounded=bounded)
+            if codec is not None and not self.in_level1:
+                # closed with Level-2 where the checkpointer opened it (a user's backend and
+                # its records outlive the checkpointer)
+                self.storage = CompressedStorage(self.storage, codec,
+                                                 close_inner=self._owns_storage)
             parts = assemble(options, memory, slots=slots, in_level1=self.in_level1,
                              transfers=transfers, storage=self.storage,
                              owns_storage=self._owns_storage, link=self._link,

@@ -15,6 +15,9 @@ keyword                       environment variable       default
                                                          the taping-free reverse
 ``memory_budget``             ``ASYNCCKPT_MEMORY_BUDGET``  with ``n_checkpoints=None``: a quarter
                                                          of the available memory
+``compression_params``        ``ASYNCCKPT_COMPRESSION``  none; pyrevolve's dicts, or asyncckpt's
+                                                         ``compression=`` spelled as text
+                                                         (``lz4``, ``zfp:tolerance=1e-6``)
 ============================  =========================  =======================================
 
 Other keywords go to :class:`asyncckpt.AsyncCheckpointer`. pyrevolve itself is never imported.
@@ -27,6 +30,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import psutil
 
 from schedules import OnlineMultistage, simulate
@@ -36,14 +40,15 @@ from ._buffers import padded
 from ._mpi import world_if_running
 from ._options import environment, parse_bytes, parse_flag, parse_interval
 from ._pool import POOL
-from .checkpoint import Checkpoint, check_descriptor
+from .checkpoint import Checkpoint, as_dtype, check_descriptor
 from .checkpointer import AsyncCheckpointer
+from .compression import CustomCodec, parse_compression
 from .errors import InvalidValueError, MemoryBudgetError
 from .stats import Stats
 from .storage import Storage
 
-__all__ = ["Revolver", "Operator", "Checkpoint", "choose_l1_slots", "default_budget",
-           "taping_from_environment"]
+__all__ = ["Revolver", "Operator", "Checkpoint", "CompressedObject", "choose_l1_slots",
+           "compression_from_pyrevolve", "default_budget", "taping_from_environment"]
 
 #: Share of the available memory that ``n_checkpoints=None`` takes as its memory budget.
 MEMORY_SHARE = 0.25
@@ -138,6 +143,11 @@ class Revolver:
     taping : bool, optional
         False: the taping-free reverse (``rev.apply`` with the live state u_t, no taping step;
         see docs/migration.md for when it is safe). Default ``$ASYNCCKPT_TAPING``, else True.
+    compression_params : dict, optional
+        pyrevolve's: ``{"scheme": None | "blosc" | "zfp" | "custom", ...}`` (zfp with one of
+        ``tolerance``, ``rate``, ``precision``; custom with ``compressor`` and
+        ``decompressor``). Default ``$ASYNCCKPT_COMPRESSION`` (see
+        :func:`compression_from_pyrevolve`), else none.
     **options
         Passed to :class:`~asyncckpt.AsyncCheckpointer`. Without ``comm``, a process that
         has already imported and initialised mpi4py with more than one rank (Devito under
@@ -154,8 +164,15 @@ class Revolver:
                  n_checkpoints: int | None, n_timesteps: int | None, *,
                  storage: Storage | str | os.PathLike[str] | None = None,
                  interval: int | str | None = None, taping: bool | None = None,
+                 compression_params: dict[str, Any] | None = None,
                  **options: Any) -> None:
         nbytes = check_descriptor(checkpoint)
+        if "compression" not in options:
+            text = environment("ASYNCCKPT_COMPRESSION")
+            options["compression"] = (
+                compression_from_pyrevolve(compression_params, checkpoint.dtype)
+                if compression_params is not None
+                else None if text is None else parse_compression("ASYNCCKPT_COMPRESSION", text))
         if n_checkpoints is None and "memory_budget" not in options:
             options["memory_budget"] = default_budget(nbytes)
         elif isinstance(n_checkpoints, int) and not isinstance(n_checkpoints, bool) \
@@ -229,3 +246,72 @@ class Revolver:
     def __repr__(self) -> str:
         return (f"Revolver(n_checkpoints={self.n_checkpoints}, n_timesteps={self.n_timesteps}, "
                 f"{self.checkpointer!r})")
+
+
+class CompressedObject:
+    """pyrevolve's: what a custom compressor returns (``data``, bytes-like, and the array's
+    ``shape`` and ``dtype``) and what its decompressor is given back."""
+
+    def __init__(self, data: Any, shape: Any = None, dtype: Any = None,
+                 metadata: dict[str, Any] | None = None) -> None:
+        if metadata is not None:
+            shape, dtype = metadata["shape"], metadata["dtype"]
+        self.data, self.shape, self.dtype = data, shape, dtype
+        self.metadata = {"shape": shape, "dtype": dtype}
+
+
+class _PyrevolveCustom(CustomCodec):
+    """pyrevolve's custom pair, called as pyrevolve calls it: ``compressor(params, array)``
+    returning a :class:`CompressedObject` (or bytes), ``decompressor(params, CompressedObject)``
+    returning the array."""
+
+    def __init__(self, compressor: Any, decompressor: Any, params: dict[str, Any],
+                 dtype: Any) -> None:
+        super().__init__(compressor, decompressor, dtype=dtype)
+        self.params = params
+
+    def encode(self, data: np.ndarray) -> Any:
+        if data.nbytes % self.dtype.itemsize:
+            return None
+        packed = self.compressor(self.params, data.view(self.dtype))
+        return getattr(packed, "data", packed)
+
+    def decode(self, packed: np.ndarray, out: np.ndarray) -> None:
+        count = out.nbytes // self.dtype.itemsize
+        values = np.ascontiguousarray(self.decompressor(
+            self.params, CompressedObject(packed.tobytes(), shape=(count,), dtype=self.dtype)))
+        if values.nbytes != out.nbytes:
+            raise ValueError(f"decompressor gave {values.nbytes} bytes, expected {out.nbytes}")
+        np.copyto(out, values.reshape(-1).view(np.uint8))
+
+
+def compression_from_pyrevolve(params: dict[str, Any] | None, dtype: Any = None) -> Any:
+    """asyncckpt's ``compression=`` for pyrevolve's ``compression_params``, for states of
+    ``dtype``.
+
+    ``{"scheme": None}`` or None: none. ``"blosc"``: lossless Blosc2 (LZ4 after a byte
+    shuffle; ``chunk_size`` is not needed: each state is one frame). ``"zfp"``: zfp with the
+    ``tolerance``, ``rate`` or ``precision`` given (pyrevolve's default tolerance 1e-7 where
+    none is; ``parallel`` is ignored: the I/O threads run beside the computation). ``"custom"``:
+    ``compressor(params, array)`` and ``decompressor(params, CompressedObject)``, called with
+    the state as one 1-d array of the checkpoint's dtype, where pyrevolve calls them per array.
+    """
+    if params is None:
+        return None
+    if not isinstance(params, dict):
+        raise InvalidValueError(f"compression_params must be a dict such as {{'scheme': 'zfp', "
+                                f"'tolerance': 1e-6}}, got {params!r}")
+    rest = dict(params)
+    scheme = rest.pop("scheme", None)
+    if scheme is None:
+        return None
+    if scheme == "blosc":
+        return "lz4"
+    if scheme == "zfp":
+        bounds = {k: rest[k] for k in ("tolerance", "rate", "precision") if k in rest}
+        return {"codec": "zfp", **(bounds or {"tolerance": 1e-7})}
+    if scheme == "custom":
+        compressor, decompressor = rest.pop("compressor", None), rest.pop("decompressor", None)
+        return _PyrevolveCustom(compressor, decompressor, rest, as_dtype(dtype))
+    raise InvalidValueError(f"compression_params scheme must be None, 'blosc', 'zfp' or "
+                            f"'custom', got {scheme!r}")

@@ -44,6 +44,11 @@ class Stats:
         Level-2 transfers.
     bytes_written, bytes_read : int
         Bytes moved to and from Level-2.
+    l2_stored_bytes : int
+        Bytes Level-2 stored for the run's writes: ``bytes_written`` after compression.
+    compress_s, decompress_s : float
+        Seconds the codec spent on the I/O threads (0 without ``compression``); the read side
+        includes checking the stored bytes.
     write_stall_s : float
         Seconds the forward sweep waited for a free staging buffer (Level-2 not keeping up).
     read_stall_s : float
@@ -103,6 +108,9 @@ class Stats:
     l2_reads: int = 0
     bytes_written: int = 0
     bytes_read: int = 0
+    l2_stored_bytes: int = 0
+    compress_s: float = 0.0
+    decompress_s: float = 0.0
     write_stall_s: float = 0.0
     read_stall_s: float = 0.0
     write_busy_s: float = 0.0
@@ -135,6 +143,11 @@ class Stats:
         return self.n_timesteps / len(self.interval_starts) if self.interval_starts else 0.0
 
     @property
+    def compression_ratio(self) -> float:
+        """bytes_written / l2_stored_bytes: 1.0 without compression or Level-2 writes."""
+        return self.bytes_written / self.l2_stored_bytes if self.l2_stored_bytes else 1.0
+
+    @property
     def total_s(self) -> float:
         """forward_s + reverse_s."""
         return self.forward_s + self.reverse_s
@@ -145,4 +158,5 @@ class Stats:
         out["recompute_factor"] = self.recompute_factor
         out["total_s"] = self.total_s
         out["mean_interval"] = self.mean_interval
+        out["compression_ratio"] = self.compression_ratio
         return out

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv beside the project and install asyncckpt with its test, experiment, devito and
-# mpi extras (Devito compiles its operators with the system's C compiler at run time).
+# Create .venv beside the project and install asyncckpt with its test, experiment, devito, mpi
+# and compression extras (Devito compiles its operators with the system's C compiler at run
+# time).
 # Idempotent: a second run only checks that everything is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +10,4 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
-.venv/bin/python -m pip install --quiet -e '.[test,experiments,devito,mpi]'
+.venv/bin/python -m pip install --quiet -e '.[test,experiments,devito,mpi,compression]'

@@ -5,11 +5,13 @@ block and run on the transfer engine's worker threads, so backends must be threa
 distinct keys.
 
 The contract is :class:`Storage` (``base``); the backends are host memory (``memory``), a file
-(``files``) and tiers of those (``tiered``); ``spec`` reads what a user writes as ``storage=``.
+(``files``), tiers of those (``tiered``) and a codec in front of any (``compressed``);
+``spec`` reads what a user writes as ``storage=``.
 """
 from __future__ import annotations
 
 from .base import Storage, WrapperStorage
+from .compressed import CompressedStorage, CompressionCounters
 from .files import FileStorage
 from .memory import HostMemoryStorage, PinnedMemoryStorage, release_memory
 from .spec import from_config, memory_tier, open_level2, open_storage, per_rank, tiers_of
@@ -22,6 +24,8 @@ __all__ = [
     "PinnedMemoryStorage",
     "FileStorage",
     "TieredStorage",
+    "CompressedStorage",
+    "CompressionCounters",
     "from_config",
     "memory_tier",
     "open_level2",

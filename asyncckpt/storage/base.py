@@ -37,8 +37,8 @@ class Storage(abc.ABC):
     ``put``, its ``adopt`` is the base one, which calls ``put``.
 
     What the runtime needs to know of a backend it asks of these attributes, never of its class:
-    :attr:`holds_process_memory`, :attr:`nbytes_held`, :meth:`spares`, :attr:`tiers` and
-    :attr:`fresh_s`.
+    :attr:`holds_process_memory`, :attr:`nbytes_held`, :meth:`spares`, :attr:`tiers`,
+    :attr:`fresh_s` and :attr:`compression`.
     """
 
     #: Whether stored states occupy this process's memory (host DRAM, pinned memory): a memory
@@ -71,6 +71,13 @@ class Storage(abc.ABC):
         """Buffers of this process's memory kept, already touched, for the next states of
         ``nbytes`` bytes: what a run reuses without faulting fresh memory in (default 0)."""
         return 0
+
+    @property
+    def compression(self) -> Any:
+        """What compressing the states has done so far (a
+        :class:`~asyncckpt.storage.CompressionCounters`), or None for a backend that stores them
+        as they are (the default)."""
+        return None
 
     @property
     def tiers(self) -> Sequence["Storage"] | None:
@@ -157,7 +164,7 @@ class WrapperStorage(Storage):
     change (a ``put`` that counts, a ``get`` that injects a fault, a codec around both).
 
     What the runtime asks of a backend (:attr:`holds_process_memory`, :attr:`nbytes_held`,
-    :meth:`spares`, :attr:`fresh_s`) is the inner backend's, so a wrapper around host DRAM is
+    :meth:`spares`, :attr:`fresh_s`, :attr:`compression`) is the inner backend's, so a wrapper around host DRAM is
     counted by a memory budget as DRAM. A wrapper is one device to the runtime: :attr:`tiers`
     stays None even around a :class:`~asyncckpt.storage.TieredStorage`. ``close`` closes the
     inner backend.
@@ -191,6 +198,10 @@ class WrapperStorage(Storage):
 
     def spares(self, nbytes: int) -> int:
         return self.inner.spares(nbytes)
+
+    @property
+    def compression(self) -> Any:
+        return self.inner.compression
 
     def put(self, key: int, buf: np.ndarray) -> None:
         self.inner.put(key, buf)

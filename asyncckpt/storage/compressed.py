@@ -1,0 +1,185 @@
+"""Level-2 that keeps states compressed: a codec in front of another backend, on the I/O
+threads."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from .._buffers import aligned_buffer, padded
+from ..errors import CorruptionError, InvalidTypeError, StorageKeyError
+from .base import Storage, WrapperStorage
+
+__all__ = ["CompressedStorage", "CompressionCounters"]
+
+
+@dataclass(frozen=True)
+class CompressionCounters:
+    """What a :class:`CompressedStorage` did: states written, their bytes before and after
+    compression (a state the codec cannot shrink is stored as it is and counted at its size),
+    and the seconds its codec spent compressing and decompressing."""
+
+    states: int = 0
+    raw_bytes: int = 0
+    stored_bytes: int = 0
+    compress_s: float = 0.0
+    decompress_s: float = 0.0
+
+    def __sub__(self, other: "CompressionCounters") -> "CompressionCounters":
+        return CompressionCounters(self.states - other.states,
+                                   self.raw_bytes - other.raw_bytes,
+                                   self.stored_bytes - other.stored_bytes,
+                                   self.compress_s - other.compress_s,
+                                   self.decompress_s - other.decompress_s)
+
+    @property
+    def ratio(self) -> float:
+        """Bytes before over bytes stored (1.0 before any write)."""
+        return self.raw_bytes / self.stored_bytes if self.stored_bytes else 1.0
+
+
+@dataclass(frozen=True)
+class _Record:
+    nbytes: int  # bytes stored on the inner backend
+    digest: int  # xxh3 of those bytes
+    packed: bool  # False: stored as it is (the codec could not shrink it)
+
+
+class CompressedStorage(WrapperStorage):
+    """Level-2 that compresses each state on its way to ``inner`` and decompresses it on the
+    way back, on the thread that calls ``put`` and ``get`` (the transfer engine's I/O threads).
+
+    ``inner`` holds each state at its compressed size, so a memory budget's DRAM tier counts
+    compressed bytes and holds more states; a state the codec cannot shrink is stored as it
+    is. Every read is checked against a checksum of the stored bytes, and a record that fails
+    it, or fails to decompress, is a :class:`~asyncckpt.CorruptionError`. Around a
+    :class:`~asyncckpt.storage.TieredStorage` it places compressed states on its tiers, and
+    shows them to the runtime (:attr:`tiers`, their capacities and counters) as its own.
+
+    Each thread that calls ``put`` or ``get`` keeps one page-aligned buffer as large as the
+    largest compressed state it moved (so that writes to a file can bypass the page cache).
+
+    Parameters
+    ----------
+    inner : Storage
+        Where the compressed states go.
+    codec : asyncckpt.compression.Codec
+        How (see :func:`asyncckpt.compression.make_codec`).
+    close_inner : bool
+        Whether :meth:`close` closes ``inner`` (default True).
+    """
+
+    def __init__(self, inner: Storage, codec: Any, *, close_inner: bool = True) -> None:
+        from ..compression import Codec
+
+        super().__init__(inner)
+        if not isinstance(codec, Codec):
+            raise InvalidTypeError(f"CompressedStorage needs an asyncckpt.compression.Codec, got "
+                            f"{type(codec).__name__}")
+        self.codec = codec
+        self.close_inner = close_inner
+        self._lock = threading.Lock()
+        self._records: dict[int, _Record] = {}
+        self._counters = CompressionCounters()
+        self._scratch = threading.local()
+
+    def __repr__(self) -> str:
+        return f"CompressedStorage({self.inner!r}, {self.codec!r})"
+
+    @property
+    def compression(self) -> CompressionCounters:
+        """Counts and seconds since this backend was made."""
+        with self._lock:
+            return self._counters
+
+    def _count(self, **more: float) -> None:
+        with self._lock:
+            now = self._counters
+            self._counters = replace(now, **{k: getattr(now, k) + v for k, v in more.items()})
+
+    def _aligned(self, nbytes: int) -> np.ndarray:
+        scratch = getattr(self._scratch, "buffer", None)
+        if scratch is None or scratch.nbytes < nbytes:
+            scratch = self._scratch.buffer = aligned_buffer(padded(nbytes))
+        return scratch[:nbytes]
+
+    # tiers: the inner backend's, holding compressed states
+    @property
+    def tiers(self) -> Any:  # type: ignore[override]
+        return self.inner.tiers
+
+    @property
+    def capacities(self) -> Any:
+        return self.inner.capacities  # type: ignore[attr-defined]
+
+    def set_byte_limit(self, tier: int, nbytes: int | None) -> None:
+        self.inner.set_byte_limit(tier, nbytes)  # type: ignore[attr-defined]
+
+    def counters(self) -> Any:
+        return self.inner.counters()  # type: ignore[attr-defined]
+
+    def reset_counters(self) -> None:
+        self.inner.reset_counters()  # type: ignore[attr-defined]
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        start = time.perf_counter()
+        encoded = self.codec.encode(buf)
+        packed = encoded is not None and len(memoryview(encoded).cast("B")) < buf.nbytes
+        if packed:
+            source = np.frombuffer(encoded, np.uint8)
+            stored = self._aligned(source.nbytes)
+            np.copyto(stored, source)
+        else:
+            stored = buf
+        digest = xxhash.xxh3_64_intdigest(stored.data)
+        spent = time.perf_counter() - start
+        self.inner.put(key, stored)
+        with self._lock:
+            self._records[key] = _Record(stored.nbytes, digest, packed)
+        self._count(states=1, raw_bytes=buf.nbytes, stored_bytes=stored.nbytes,
+                    compress_s=spent)
+
+    def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        self.put(key, buffer[:nbytes])
+        return buffer
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        with self._lock:
+            record = self._records.get(key)
+        if record is None:
+            raise StorageKeyError(f"CompressedStorage.get({key}): key not stored")
+        stored = self._aligned(record.nbytes) if record.packed else out
+        self.inner.get(key, stored)
+        start = time.perf_counter()
+        if xxhash.xxh3_64_intdigest(stored.data) != record.digest:
+            raise CorruptionError(f"CompressedStorage.get({key}): checksum mismatch in the "
+                                  f"{record.nbytes} stored bytes on {self.inner!r}")
+        if record.packed:
+            try:
+                self.codec.decode(stored, out)
+            except Exception as exc:
+                raise CorruptionError(f"CompressedStorage.get({key}): {self.codec!r} could not "
+                                      f"decompress the stored bytes: {exc}") from exc
+        self._count(decompress_s=time.perf_counter() - start)
+
+    def delete(self, key: int) -> None:
+        with self._lock:
+            if key not in self._records:
+                raise StorageKeyError(f"CompressedStorage.delete({key}): key not stored")
+        self.inner.delete(key)
+        with self._lock:
+            del self._records[key]
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._records
+
+    def close(self) -> None:
+        with self._lock:
+            self._records.clear()
+        if self.close_inner:
+            self.inner.close()
