@@ -93,12 +93,12 @@ class MemoryPlan:
     on_host: bool
 
     @classmethod
-    def make(cls, nbytes: int, n_timesteps: int | None, taping: bool, staging_buffers: int,
-             memory_budget: int | None, host_memory_budget: int | None, *, on_host: bool,
-             ranks: Any) -> "MemoryPlan":
-        """The plan for states of ``nbytes`` bytes; with an MPI job's ``ranks`` every budget
-        is the least of the ranks', so that all run one plan."""
-        buffers = engine_buffers(staging_buffers)
+    def make(cls, nbytes: int, options: Any, *, on_host: bool, ranks: Any) -> "MemoryPlan":
+        """The plan for states of ``nbytes`` bytes under a checkpointer's ``options`` (an
+        :class:`~asyncckpt._options.Options`); with an MPI job's ``ranks`` every budget is the
+        least of the ranks', so that all run one plan."""
+        memory_budget, host_memory_budget = options.memory_budget, options.host_memory_budget
+        buffers = engine_buffers(options.engine_held)
         budget = None
         if memory_budget is not None:
             budget = Budget(ranks.min(memory_budget), nbytes, buffers)
@@ -114,7 +114,8 @@ class MemoryPlan:
                 raise MemoryBudgetError(
                     f"host_memory_budget={host} bytes cannot hold the {buffers} pinned "
                     f"staging and prefetch buffers of {padded(nbytes)} bytes")
-        return cls(nbytes, n_timesteps, taping, buffers, budget, host_states, on_host)
+        return cls(nbytes, options.n_timesteps, options.taping, buffers, budget, host_states,
+                   on_host)
 
     def split(self, fixed_slots: int | None, interval: int | str) -> tuple[int, bool]:
         """Level-1 slots, and whether the run needs no Level-2 (every state the reverse sweep

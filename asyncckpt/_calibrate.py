@@ -23,11 +23,15 @@ THREAD_HANDOFF_S = 20e-6
 def measure_transfer(storage: Storage, nbytes: int, repeats: int = 3) -> tuple[float, float]:
     """Return the median seconds to write one state to ``storage`` and to read it back.
 
-    Uses a page-aligned buffer of random bytes (which no codec shrinks: a compressing backend is
-    priced at its worst) and a key no state uses (negative), and deletes it after.
+    Uses a page-aligned buffer (of random bytes for a compressing backend, which no codec
+    shrinks: it is priced at its worst) and a key no state uses (negative), and deletes it after.
     """
     buffer = aligned_buffer(nbytes)
-    buffer[:nbytes] = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
+    if storage.compression is not None:
+        rng, chunk = np.random.default_rng(0), 1 << 20  # no temporary of a state's size
+        for start in range(0, nbytes, chunk):
+            end = min(nbytes, start + chunk)
+            buffer[start:end] = np.frombuffer(rng.bytes(end - start), np.uint8)
     view = buffer[:nbytes]
     key = -1
     while key in storage:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from schedules._args import check_bool, check_int
 
+from .compression import Codec, make_codec
 from .errors import InvalidTypeError, InvalidValueError, UsageError
 
 __all__ = ["Options", "check_bool", "check_choice", "check_int", "check_operator", "check_stop",
@@ -26,11 +27,13 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return value  # type: ignore[return-value]
 
 
-def check_operator(name: str, operator: object) -> None:
-    """Raise unless ``operator`` has a callable ``apply`` (pyrevolve's operator protocol)."""
-    if not callable(getattr(operator, "apply", None)):
-        raise InvalidTypeError(f"{name} must have an apply(*, t_start, t_end) method; "
-                               f"got {type(operator).__name__}")
+def check_operator(**operators: object) -> None:
+    """Raise unless every operator (by its argument's name) has a callable ``apply``
+    (pyrevolve's operator protocol)."""
+    for name, operator in operators.items():
+        if not callable(getattr(operator, "apply", None)):
+            raise InvalidTypeError(f"{name} must have an apply(*, t_start, t_end) method; "
+                                   f"got {type(operator).__name__}")
 
 
 def check_stop(n_timesteps: int | None, stop: object) -> None:
@@ -125,6 +128,8 @@ class Options:
     io_threads: int
     transfers: str
     verify: bool
+    #: the codec of ``compression=`` (None: states are stored as they are)
+    codec: Codec | None
     on_level2_error: str
     blas_threads: int | None
     taping: bool
@@ -135,6 +140,12 @@ class Options:
         return self.interval == "adaptive"
 
     @property
+    def engine_held(self) -> int:
+        """State buffers the transfer engine holds beside the prefetch buffers: the staging
+        buffers and, with a codec, each I/O thread's buffer for a compressed state."""
+        return self.staging_buffers + (self.io_threads if self.codec is not None else 0)
+
+    @property
     def tuned(self) -> bool:
         """Whether the model chooses the plan ("auto" or "adaptive")."""
         return isinstance(self.interval, str)
@@ -142,14 +153,17 @@ class Options:
     @classmethod
     def parse(cls, n_timesteps: object, *, l1_slots: object, interval: object,
               memory_budget: object, host_memory_budget: object, staging_buffers: object,
-              io_threads: object, transfers: object, verify: object, on_level2_error: object,
-              blas_threads: object, taping: object, keep_trace: object) -> "Options":
-        """Check every option, raising an error that names the first bad one."""
+              io_threads: object, transfers: object, verify: object, compression: object,
+              dtype: object, on_level2_error: object, blas_threads: object, taping: object,
+              keep_trace: object) -> "Options":
+        """Check every option, raising an error that names the first bad one; ``dtype`` is the
+        states' (for the codec of ``compression``)."""
         n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1)
         if l1_slots is None and memory_budget is None:
             raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (bytes), "
                                     "or both; got neither")
         parsed = parse_interval(interval, n, adaptive=True)
+        codec = make_codec(compression, dtype)
         return cls(
             n_timesteps=n,
             l1_slots=None if l1_slots is None else check_int("l1_slots", l1_slots, 1),
@@ -161,7 +175,10 @@ class Options:
             staging_buffers=check_int("staging_buffers", staging_buffers, 1),
             io_threads=check_int("io_threads", io_threads, 1),
             transfers=check_choice("transfers", transfers, ("auto", "background", "inline")),
-            verify=bool(verify),
+            # a lossy codec's reads differ from the states written: its checksum of the
+            # stored bytes guards them instead
+            verify=bool(verify) and (codec is None or codec.lossless),
+            codec=codec,
             on_level2_error=check_choice("on_level2_error", on_level2_error,
                                          ("raise", "recompute")),
             blas_threads=(None if blas_threads is None

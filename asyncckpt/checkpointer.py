@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext, suppress
-from dataclasses import replace
 from typing import Any
 
 from threadpoolctl import threadpool_limits
@@ -31,10 +29,9 @@ from ._options import Options, check_operator, check_stop
 from ._plan import RunPlan
 from ._tuning import IntervalTuner
 from .checkpoint import as_dtype, check_descriptor
-from .compression import make_codec
 from .errors import UsageError
 from .stats import Stats
-from .storage import CompressedStorage, Storage, open_level2
+from .storage import Storage, level2_spec, open_level2
 
 __all__ = ["AsyncCheckpointer", "RunPlan"]
 
@@ -62,11 +59,11 @@ class AsyncCheckpointer:
     interval : int, "auto" or "adaptive"
         I in [1, n]: every I-th state goes to Level-2. "auto" (default): the plan the model
         predicts fastest on costs measured on the run (docs/model.md; ``plan``, ``costs``).
-        "adaptive": the next state goes as soon as the last write is done, never within the
-        interval "auto" chooses; what "auto" means for unknown n.
+        "adaptive": the next state goes once the last write is done, never within the interval
+        "auto" chooses (what "auto" means for unknown n).
     storage : None, str, os.PathLike, Storage or list of those
-        Level-2: None for host DRAM, a path for a :class:`~asyncckpt.storage.FileStorage` under
-        it, a Storage (not closed by the checkpointer), or a list of those: tiers, fastest first.
+        Level-2: None (host DRAM), a path (a :class:`~asyncckpt.storage.FileStorage` there), a
+        Storage (which the checkpointer leaves open), or a list of those: tiers, fastest first.
     memory_budget : int or str, optional
         The memory it may hold ("8GiB"), Level-1 and the in-memory tier of Level-2 together
         (the rest spills to the temporary directory); on a device, device memory.
@@ -81,10 +78,8 @@ class AsyncCheckpointer:
     verify : bool
         Check every Level-2 read against a checksum taken at write time (default True).
     compression : None, str, dict or Codec
-        Compress states on the I/O threads on their way to Level-2, which then holds them at
-        their compressed size (a budget's DRAM tier holds more of them): None (default), "lz4"
-        or "zstd" (lossless: bit-identical gradients), ``{"codec": "zfp", "tolerance": 1e-6}``
-        (lossy, error-bounded), or a :class:`~asyncckpt.compression.Codec` (docs/compression.md).
+        Level-2 holds states compressed on the I/O threads: None (default), "lz4" or "zstd"
+        (lossless), ``{"codec": "zfp", "tolerance": 1e-6}`` (lossy; docs/compression.md).
     on_level2_error : {"raise", "recompute"}
         A failed or corrupted transfer raises :class:`~asyncckpt.TransferError` on the
         caller's thread, or its state is rebuilt exactly in the reverse sweep
@@ -103,8 +98,8 @@ class AsyncCheckpointer:
     Notes
     -----
     Level-1 memory is at most ``(l1_slots + staging_buffers + 2) * nbytes`` (each rounded up to
-    pages), whatever n. Closed, the buffers go to the process's pool for the next checkpointer
-    (:func:`asyncckpt.storage.release_memory`).
+    pages; one more per I/O thread with compression), whatever n. Closed, the buffers go to the
+    process's pool for the next checkpointer (:func:`asyncckpt.storage.release_memory`).
     """
 
     def __init__(
@@ -132,27 +127,21 @@ class AsyncCheckpointer:
     ) -> None:
         self._closed = True  # until construction succeeds
         self.nbytes = check_descriptor(checkpoint)
-        check_operator("fwd_operator", fwd_operator)
-        check_operator("rev_operator", rev_operator)
+        check_operator(fwd_operator=fwd_operator, rev_operator=rev_operator)
+        self.checkpoint, self.dtype = checkpoint, as_dtype(checkpoint.dtype)
         options = self._options = Options.parse(
             n_timesteps, l1_slots=l1_slots, interval=interval, memory_budget=memory_budget,
             host_memory_budget=host_memory_budget, staging_buffers=staging_buffers,
-            io_threads=io_threads, transfers=transfers, verify=verify,
-            on_level2_error=on_level2_error, blas_threads=blas_threads, taping=taping,
-            keep_trace=keep_trace)
+            io_threads=io_threads, transfers=transfers, verify=verify, compression=compression,
+            dtype=self.dtype, on_level2_error=on_level2_error, blas_threads=blas_threads,
+            taping=taping, keep_trace=keep_trace)
         self.n_timesteps, self.taping, self.keep_trace = (options.n_timesteps, options.taping,
                                                           options.keep_trace)
         #: the actions the last run executed (with ``keep_trace=True``)
         self.trace: list[Action] = []
         #: the ranks the plan is agreed on: one process, or every rank of ``comm``
         self.ranks: Ranks = ranks_of(comm)
-        self.checkpoint, self.dtype = checkpoint, as_dtype(checkpoint.dtype)
         self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
-        codec = make_codec(compression, self.dtype)
-        if codec is not None and not codec.lossless:
-            # a lossy read differs from the state written: the codec's own checksum of the
-            # stored bytes guards it instead
-            options = self._options = replace(options, verify=False)
         self._link, first, transfers = link_for(checkpoint, self.nbytes, self.dtype,
                                                 options.transfers)
         #: The device Level-1 lives on (where u_0's arrays are), or None for host memory.
@@ -160,25 +149,14 @@ class AsyncCheckpointer:
         self._level1 = Level1(self.nbytes, self._link)
         self._owns_storage = False
         try:
-            # each I/O thread of a codec keeps a buffer for a compressed state beside the
-            # staging buffers: the budget counts it as one of them
-            engine_held = options.staging_buffers + (options.io_threads if codec else 0)
-            memory = MemoryPlan.make(self.nbytes, self.n_timesteps, self.taping,
-                                     engine_held, options.memory_budget,
-                                     options.host_memory_budget, on_host=self.device is None,
+            memory = MemoryPlan.make(self.nbytes, options, on_host=self.device is None,
                                      ranks=self.ranks)
             self.memory_budget = None if memory.budget is None else memory.budget.nbytes
             slots, self.in_level1 = memory.split(options.l1_slots, options.interval)
             bounded = memory.bounds_level2(self.in_level1)
-            if bounded and storage is None:
-                storage = ["dram", tempfile.gettempdir()]  # DRAM up to the budget, then spill
             self.storage, self._owns_storage = open_level2(
-                self.ranks.storage_spec(storage), self.device, bounded=bounded)
-            if codec is not None and not self.in_level1:
-                # closed with Level-2 where the checkpointer opened it (a user's backend and
-                # its records outlive the checkpointer)
-                self.storage = CompressedStorage(self.storage, codec,
-                                                 close_inner=self._owns_storage)
+                self.ranks.storage_spec(level2_spec(storage, bounded)), self.device,
+                bounded=bounded, codec=None if self.in_level1 else options.codec)
             parts = assemble(options, memory, slots=slots, in_level1=self.in_level1,
                              transfers=transfers, storage=self.storage,
                              owns_storage=self._owns_storage, link=self._link,

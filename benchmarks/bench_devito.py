@@ -30,6 +30,9 @@ and prefetch buffers and DRAM Level-2 together), with Level-2 beyond it in files
 ``--disk`` (the disk, not the page cache's share of RAM, holds them: the O_DIRECT path). The
 line gives each side over the floor (the forward sweep in one call plus the reverse calls).
 
+Compression (``--compression 'lz4;zstd'``): each asyncckpt protocol also runs with those codecs
+(``ASYNCCKPT_COMPRESSION``); its runs give the compression ratio and the codec's seconds.
+
 Time against n (``--nt 772,1544,3088``, several values, with ``--memory`` in BYTES: a fixed
 budget): one line per nt, then a plot of seconds per step against nt for pyrevolve, asyncckpt and
 the floor (``--plot``). The disk is checked first for room for every state beyond the budget.
@@ -37,7 +40,7 @@ Devito's full history (held in memory) runs only where it fits in half the avail
 every gradient is compared bit for bit with it, else with pyrevolve's.
 
 Usage: python benchmarks/bench_devito.py [--shape 81x81x81] [--nt 772] [--repeats 3]
-       [--intervals 1,2,4] [--memory 2%] [--disk DIR] [--plot PATH]
+       [--intervals 1,2,4] [--memory 2%] [--disk DIR] [--plot PATH] [--compression 'lz4;zstd']
 Needs the ``devito`` extra (``pip install -e '.[devito]'``).
 """
 from __future__ import annotations
@@ -232,9 +235,11 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
             return seconds, grad.data.copy()
         wavesolver.Revolver = {"pyrevolve": pyrevolve.Revolver,
                                "pyrevolve-slots": PyrevolveWithSlots}.get(method, Compat)
-        protocol, _, interval = method.partition("-I")
+        base, _, codec = method.partition("+")
+        protocol, _, interval = base.partition("-I")
         os.environ["ASYNCCKPT_TAPING"] = "0" if protocol == "asyncckpt-taping-free" else "1"
         os.environ["ASYNCCKPT_INTERVAL"] = interval or "auto"
+        os.environ["ASYNCCKPT_COMPRESSION"] = codec
         start = time.perf_counter()
         # with checkpointing the wavesolver makes its own u (two time levels): none is passed
         grad, _ = solver.jacobian_adjoint(rec, None, checkpointing=True)
@@ -249,6 +254,8 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
     if memory is None and slots:
         methods.append("pyrevolve-slots")
     methods += protocols + [f"{protocol}-I{k}" for protocol in protocols for k in fixed]
+    codecs = [c.strip() for c in args.compression.split(";") if c.strip()]
+    methods += [f"{protocol}+{codec}" for protocol in protocols for codec in codecs]
     times: dict[str, list[float]] = {m: [] for m in methods}
     equal = {m: True for m in methods}
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in methods if "asyncckpt" in m}
@@ -281,6 +288,8 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
                     "total_s": stats.total_s, "wall_s": seconds,
                     "taping_free": not stats.taping,
                     "l2_writes_per_tier": [tier["writes"] for tier in stats.l2_tiers],
+                    "compression_ratio": round(stats.compression_ratio, 3),
+                    "compress_s": stats.compress_s, "decompress_s": stats.decompress_s,
                 })
     median = {m: statistics.median(v) for m, v in times.items()}
     out: dict[str, Any] = {
@@ -393,6 +402,10 @@ def main() -> None:
     parser.add_argument("--pyrevolve-slots", type=int, default=20,
                         help="without --memory: pyrevolve with this many slots beside its "
                              "default; 0 skips it")
+    parser.add_argument("--compression", default="",
+                        help="asyncckpt with these codecs too, ';'-separated as "
+                             "$ASYNCCKPT_COMPRESSION spells them, e.g. 'lz4;zstd' "
+                             "(default: none)")
     parser.add_argument("--intervals", default="",
                         help="fixed intervals to run beside 'auto', e.g. 1,2,4 (default: none)")
     args = parser.parse_args()

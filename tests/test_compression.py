@@ -12,8 +12,8 @@ import pytest
 from asyncckpt import AsyncCheckpointer, CorruptionError, TransferError
 from asyncckpt._buffers import aligned_buffer, padded
 from asyncckpt.checkpoint import check_descriptor
-from asyncckpt.compression import (BloscCodec, Codec, CustomCodec, MissingCodecError, ZfpCodec,
-                                   make_codec, parse_compression)
+from asyncckpt.compression import (BloscCodec, Codec, CustomCodec, ZfpCodec, make_codec,
+                                   parse_compression)
 from asyncckpt.errors import InvalidTypeError, InvalidValueError
 from asyncckpt.storage import CompressedStorage, FileStorage, HostMemoryStorage, TieredStorage
 from asyncckpt.testing import StorageTests

@@ -4,17 +4,19 @@ from their config dicts."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidTypeError, InvalidValueError
 from .base import Storage
+from .compressed import CompressedStorage
 from .files import FileStorage
 from .memory import HostMemoryStorage, PinnedMemoryStorage
 from .tiered import TieredStorage
 
-__all__ = ["from_config", "open_storage", "per_rank"]
+__all__ = ["from_config", "level2_spec", "open_level2", "open_storage", "per_rank"]
 
 
 def _backends() -> dict[str, type[Storage]]:
@@ -107,14 +109,26 @@ def per_rank(storage: Any, rank: int) -> Any:
     return storage
 
 
-def open_level2(storage: Any, device: Any = None, *, bounded: bool = False) -> tuple[Storage, bool]:
+def level2_spec(storage: Any, bounded: bool) -> Any:
+    """``storage=`` as given, or where a memory budget bounds Level-2 and none is given, host
+    DRAM up to the budget and the temporary directory beyond it."""
+    if bounded and storage is None:
+        return ["dram", tempfile.gettempdir()]
+    return storage
+
+
+def open_level2(storage: Any, device: Any = None, *, bounded: bool = False,
+                codec: Any = None) -> tuple[Storage, bool]:
     """:func:`open_storage` for a checkpointer. ``bounded``: a memory budget bounds what Level-2
     keeps in process memory, so a backend in process memory (whatever its class: a wrapper
     around DRAM too) becomes a tier of its own whose bytes the budget can limit (see
-    :func:`memory_tier`)."""
+    :func:`memory_tier`). ``codec``: states are compressed in front of it all (a
+    :class:`CompressedStorage`, which closes what it wraps where this call opened it)."""
     opened, owned = open_storage(storage, device)
     if bounded and opened.tiers is None and opened.holds_process_memory:
-        return TieredStorage([opened], owned=[owned]), True
+        opened, owned = TieredStorage([opened], owned=[owned]), True
+    if codec is not None:
+        opened = CompressedStorage(opened, codec, close_inner=owned)
     return opened, owned
 
 
