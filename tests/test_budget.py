@@ -46,12 +46,13 @@ def test_budgeted_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_
     kind = data.draw(st.sampled_from(["dram", "dram+disk", "dram+tmpfs", "objects", "disk"]),
                      label="tiers")
     fixed = data.draw(st.one_of(st.none(), st.integers(1, 4)), label="l1_slots")
+    compression = data.draw(st.sampled_from([None, "lz4"]), label="compression")
     storage = tiers_for(kind, tmp_path)
     reference = store_all_reference(model)
     try:
         ckp = AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=fixed,
                                 interval=interval, storage=storage,
-                                memory_budget=buffers * buffer)
+                                memory_budget=buffers * buffer, compression=compression)
     except (ValueError, MemoryBudgetError) as refused:
         # refused only where the budget cannot hold what was asked for
         assert "l1_slots=" in str(refused) or "holds" in str(refused) or "hold" in str(refused)
@@ -65,16 +66,22 @@ def test_budgeted_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_
             assert ckp.stats.l2_writes == counts.l2_writes
             held = ckp.stats.l1_peak_slots
             if not ckp.in_level1:
-                held += 4  # staging and prefetch buffers
-                if isinstance(ckp.storage, TieredStorage):
-                    dram = [i for i, t in enumerate(ckp.storage.tiers)
-                            if isinstance(t, HostMemoryStorage)]
-                    if dram:
-                        held += ckp.storage.byte_limits[dram[0]] // buffer
+                held += 4 + (compression is not None)  # staging, prefetch, the codec's buffer
+                tiers = ckp.storage.tiers or []
+                dram = [i for i, t in enumerate(tiers) if isinstance(t, HostMemoryStorage)]
+                if dram:
+                    held += _byte_limits(ckp.storage)[dram[0]] // buffer
             assert held <= buffers, (held, buffers)
             if interval == "auto" and fixed is None and ckp.stats.interval:
                 # slots beyond an interval's length would do nothing but take the DRAM tier's
                 assert ckp.stats.l1_slots <= ckp.stats.interval, ckp.stats
+
+
+def _byte_limits(storage) -> list:
+    """The byte limits of a tiered Level-2, compressed or not."""
+    inner = getattr(storage, "inner", storage)
+    assert isinstance(inner, TieredStorage)
+    return inner.byte_limits
 
 
 def test_a_budget_too_small_for_dram_level2_spills_everything(tmp_path: Path) -> None:

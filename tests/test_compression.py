@@ -390,3 +390,29 @@ def test_compat_takes_pyrevolves_custom_pair_and_the_environment(monkeypatch) ->
                                                 "'custom', got 'lzma'"):
         Revolver(model, Forward(model), Reverse(model), 2, n,
                  compression_params={"scheme": "lzma"})
+
+
+def test_states_of_many_compressed_sizes_leave_no_more_dram_than_was_stored_at_once() -> None:
+    """A wave filling its grid: every state compresses to another size. Two runs of storing
+    20 and deleting them: the DRAM held never exceeds what the 20 stored took."""
+    inner = HostMemoryStorage()
+    storage = CompressedStorage(inner, make_codec("lz4", np.float32))
+    n = 1 << 16
+    states = []
+    for t in range(20):
+        state = np.zeros(n, np.float32)
+        state[: (t + 1) * n // 20] = np.sin(np.arange((t + 1) * n // 20, dtype=np.float32))
+        states.append(state)
+    peaks = []
+    for _ in range(2):
+        for t, state in enumerate(states):
+            storage.put(t, state.view(np.uint8))
+        peaks.append(inner.nbytes_held)
+        for t in range(20):
+            out = np.empty(n * 4, np.uint8)
+            storage.get(t, out)
+            assert out.tobytes() == states[t].tobytes()
+            storage.delete(t)
+        assert inner.nbytes_held <= peaks[-1]
+    assert peaks[1] <= peaks[0] < 20 * n * 4
+    storage.close()

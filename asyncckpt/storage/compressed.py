@@ -42,11 +42,16 @@ class CompressionCounters:
         return self.raw_bytes / self.stored_bytes if self.stored_bytes else 1.0
 
 
+#: compressed states are stored in sizes of whole sixteenths of the state, so that a DRAM
+#: backend's freed buffers fit the next states, as they fit states of one size
+SIZE_CLASSES = 16
+
+
 @dataclass(frozen=True)
 class _Record:
-    nbytes: int  # bytes stored on the inner backend
-    digest: int  # xxh3 of those bytes
-    packed: bool  # False: stored as it is (the codec could not shrink it)
+    nbytes: int  # bytes stored on the inner backend (its size class)
+    packed: int  # bytes of the codec's output in them; 0: the state is stored as it is
+    digest: int  # xxh3 of the stored bytes
 
 
 class CompressedStorage(WrapperStorage):
@@ -55,8 +60,10 @@ class CompressedStorage(WrapperStorage):
 
     ``inner`` holds each state at its compressed size, so a memory budget's DRAM tier counts
     compressed bytes and holds more states; a state the codec cannot shrink is stored as it
-    is. Every read is checked against a checksum of the stored bytes, and a record that fails
-    it, or fails to decompress, is a :class:`~asyncckpt.CorruptionError`. Around a
+    is. Compressed sizes are rounded up to whole sixteenths of the state, so that a DRAM
+    backend reuses the buffers that freed states leave. Every read is checked against a
+    checksum of the stored bytes, and a record that fails it, or fails to decompress, is a
+    :class:`~asyncckpt.CorruptionError`. Around a
     :class:`~asyncckpt.storage.TieredStorage` it places compressed states on its tiers, and
     shows them to the runtime (:attr:`tiers`, their capacities and counters) as its own.
 
@@ -128,18 +135,20 @@ class CompressedStorage(WrapperStorage):
     def put(self, key: int, buf: np.ndarray) -> None:
         start = time.perf_counter()
         encoded = self.codec.encode(buf)
-        packed = encoded is not None and len(memoryview(encoded).cast("B")) < buf.nbytes
-        if packed:
-            source = np.frombuffer(encoded, np.uint8)
-            stored = self._aligned(source.nbytes)
-            np.copyto(stored, source)
+        packed = 0 if encoded is None else len(memoryview(encoded).cast("B"))
+        granule = -(-max(1, buf.nbytes // SIZE_CLASSES) // 64) * 64
+        size = -(-packed // granule) * granule
+        if 0 < size < buf.nbytes:
+            stored = self._aligned(size)
+            np.copyto(stored[:packed], np.frombuffer(encoded, np.uint8))
+            stored[packed:] = 0
         else:
-            stored = buf
+            stored, packed = buf, 0
         digest = xxhash.xxh3_64_intdigest(stored.data)
         spent = time.perf_counter() - start
         self.inner.put(key, stored)
         with self._lock:
-            self._records[key] = _Record(stored.nbytes, digest, packed)
+            self._records[key] = _Record(stored.nbytes, packed, digest)
         self._count(states=1, raw_bytes=buf.nbytes, stored_bytes=stored.nbytes,
                     compress_s=spent)
 
@@ -160,7 +169,7 @@ class CompressedStorage(WrapperStorage):
                                   f"{record.nbytes} stored bytes on {self.inner!r}")
         if record.packed:
             try:
-                self.codec.decode(stored, out)
+                self.codec.decode(stored[:record.packed], out)
             except Exception as exc:
                 raise CorruptionError(f"CompressedStorage.get({key}): {self.codec!r} could not "
                                       f"decompress the stored bytes: {exc}") from exc

@@ -102,6 +102,12 @@ class HostMemoryStorage(Storage):
                 raise StorageKeyError(f"HostMemoryStorage.{call}({key}): key already stored")
             spares = self._spare.get(size)
             spare = spares.pop() if spares else None
+            if spare is None:
+                # let a spare of another size go (to be freed, not pooled), so that states of
+                # many sizes (compressed ones) never leave more buffers than were stored at once
+                other = next((kept_ for kept_ in self._spare.values() if kept_), None)
+                if other is not None:
+                    other.pop()
             if kept is not None:
                 self._stored[key] = kept
         return spare if spare is not None else self._fresh(size)
