@@ -2,9 +2,10 @@
 error-bounded lossy (zfp), or a user's pair of functions; and :func:`make_codec`, which reads
 what a user writes as ``compression=``.
 
-A codec runs on the transfer engine's I/O threads, beside the computation, so it must release
-the GIL while it works: Blosc2 does once told to (:class:`BloscCodec` tells it), and zfpy does
-for its compressor. No codec package is imported until a codec that needs it is made.
+A codec runs on the transfer engine's I/O threads, beside the computation, so it should release
+the GIL while it works: Blosc2 does once told to (:class:`BloscCodec` tells it);
+``benchmarks/bench_codecs.py`` measures how much each codec lets the caller's thread run. No
+codec package is imported until a codec that needs it is made.
 """
 from __future__ import annotations
 

@@ -330,6 +330,13 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
             "best_interval": best, "ratio": round(warm[protocol] / warm[f"{protocol}-I{best}"], 3),
             "medians_after_the_first_run": True}
     out[f"{peer}_over_floor"] = round(median[peer] / floor, 3)
+    for method in (m for m in methods if "+" in m):  # with a codec: beside the same protocol
+        final = runs[method][-1]
+        out[f"{method}_over_uncompressed"] = round(
+            median[method] / median[method.partition("+")[0]], 3)
+        out[f"{method}_last_run"] = {k: final[k] for k in (
+            "interval", "l1_slots", "compression_ratio", "compress_s", "decompress_s",
+            "write_stall_s", "read_stall_s", "l2_writes_per_tier", "total_s")}
     for method in protocols:
         out[f"{peer}_over_{method}"] = round(median[peer] / median[method], 3)
         if peer != "pyrevolve-slots" and "pyrevolve-slots" in median:
