@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from asyncckpt.compression import make_codec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import median_time  # noqa: E402
 
 CODECS: dict[str, Any] = {"lz4": "lz4", "zstd": "zstd",
                           "zfp-1e-6": {"codec": "zfp", "tolerance": 1e-6}}
@@ -68,15 +72,6 @@ def caller_share(work: Callable[[], Any], repeats: int) -> float:
     return busy / idle
 
 
-def median_s(job: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        job()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=float, default=10.0)
@@ -88,7 +83,7 @@ def main() -> None:
         raw = state.view(np.uint8)
         out = np.empty_like(raw)
         rows.append({"state": kind, "codec": "copy", "ratio": 1.0,
-                     "compress_ms": 1e3 * median_s(lambda: np.copyto(out, raw), args.repeats),
+                     "compress_ms": 1e3 * median_time(lambda: np.copyto(out, raw), args.repeats),
                      "decompress_ms": 0.0,
                      "caller_share": caller_share(lambda: np.copyto(out, raw), args.repeats)})
         for name, spec in CODECS.items():
@@ -99,8 +94,8 @@ def main() -> None:
             error = float(np.max(np.abs(out.view(np.float32) - state)))
             rows.append({
                 "state": kind, "codec": name, "ratio": raw.nbytes / packed.nbytes,
-                "compress_ms": 1e3 * median_s(lambda: codec.encode(raw), args.repeats),
-                "decompress_ms": 1e3 * median_s(lambda: codec.decode(packed, out),
+                "compress_ms": 1e3 * median_time(lambda: codec.encode(raw), args.repeats),
+                "decompress_ms": 1e3 * median_time(lambda: codec.decode(packed, out),
                                                 args.repeats),
                 "caller_share": caller_share(lambda: codec.encode(raw), args.repeats),
                 "caller_share_decompress": caller_share(lambda: codec.decode(packed, out),
