@@ -270,19 +270,13 @@ class _PyrevolveCustom(CustomCodec):
         super().__init__(compressor, decompressor, dtype=dtype)
         self.params = params
 
-    def encode(self, data: np.ndarray) -> Any:
-        if data.nbytes % self.dtype.itemsize:
-            return None
-        packed = self.compressor(self.params, data.view(self.dtype))
+    def _compress(self, values: np.ndarray) -> Any:
+        packed = self.compressor(self.params, values)
         return getattr(packed, "data", packed)
 
-    def decode(self, packed: np.ndarray, out: np.ndarray) -> None:
-        count = out.nbytes // self.dtype.itemsize
-        values = np.ascontiguousarray(self.decompressor(
-            self.params, CompressedObject(packed.tobytes(), shape=(count,), dtype=self.dtype)))
-        if values.nbytes != out.nbytes:
-            raise ValueError(f"decompressor gave {values.nbytes} bytes, expected {out.nbytes}")
-        np.copyto(out, values.reshape(-1).view(np.uint8))
+    def _decompress(self, packed: np.ndarray, count: int) -> Any:
+        return self.decompressor(
+            self.params, CompressedObject(packed.tobytes(), shape=(count,), dtype=self.dtype))
 
 
 def compression_from_pyrevolve(params: dict[str, Any] | None, dtype: Any = None) -> Any:

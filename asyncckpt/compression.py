@@ -72,6 +72,14 @@ class Codec(abc.ABC):
         return f"{type(self).__name__}({params})"
 
 
+def _fill(out: np.ndarray, values: Any) -> None:
+    """Copy a decoded array into ``out`` (uint8), which it must fill exactly."""
+    values = np.ascontiguousarray(values)
+    if values.nbytes != out.nbytes:
+        raise ValueError(f"decoded {values.nbytes} bytes, expected {out.nbytes}")
+    np.copyto(out, values.reshape(-1).view(np.uint8))
+
+
 def _float_dtype(dtype: Any, codec: str) -> np.dtype:
     if dtype is None:
         raise InvalidValueError(f"compression codec {codec!r} compresses floating-point "
@@ -184,10 +192,7 @@ class ZfpCodec(Codec):
         return self._zfpy.compress_numpy(data.view(self.dtype), **{self.mode: self.value})
 
     def decode(self, packed: np.ndarray, out: np.ndarray) -> None:
-        values = self._zfpy.decompress_numpy(packed.tobytes())
-        if values.nbytes != out.nbytes:
-            raise ValueError(f"decompressed {values.nbytes} bytes, expected {out.nbytes}")
-        np.copyto(out, values.reshape(-1).view(np.uint8))
+        _fill(out, self._zfpy.decompress_numpy(packed.tobytes()))
 
     def get_config(self) -> dict[str, Any]:
         return {"codec": self.name, self.mode: self.value, "dtype": self.dtype.name}
@@ -212,14 +217,18 @@ class CustomCodec(Codec):
     def encode(self, data: np.ndarray) -> Any:
         if data.nbytes % self.dtype.itemsize:
             return None
-        packed = self.compressor(data.view(self.dtype))
-        return np.ascontiguousarray(packed).reshape(-1).view(np.uint8)
+        return self._compress(data.view(self.dtype))
 
     def decode(self, packed: np.ndarray, out: np.ndarray) -> None:
-        values = np.ascontiguousarray(self.decompressor(packed.tobytes()))
-        if values.nbytes != out.nbytes:
-            raise ValueError(f"decompressor gave {values.nbytes} bytes, expected {out.nbytes}")
-        np.copyto(out, values.reshape(-1).view(np.uint8))
+        _fill(out, self._decompress(packed, out.nbytes // self.dtype.itemsize))
+
+    def _compress(self, values: np.ndarray) -> Any:
+        """The user's compressor on the state's ``values``: a bytes-like result."""
+        return self.compressor(values)
+
+    def _decompress(self, packed: np.ndarray, count: int) -> Any:
+        """The user's decompressor on ``packed``: an array of ``count`` values."""
+        return self.decompressor(packed.tobytes())
 
     def get_config(self) -> dict[str, Any]:
         return {"codec": self.name, "compressor": self.compressor,
