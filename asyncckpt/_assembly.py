@@ -10,7 +10,7 @@ from schedules import AsyncMultistage
 
 from ._auto import AutoPlanner
 from ._budget import MemoryPlan
-from ._calibrate import THREAD_HANDOFF_S, measure_level2
+from ._calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
 from ._engine import TransferEngine
 from ._interpreter import Interpreter, Level1
 from ._link import HostLink
@@ -18,7 +18,7 @@ from ._meter import RunMeter
 from ._mpi import Ranks
 from ._options import Options
 from ._plan import Planner
-from .storage import Storage
+from .storage import CompressedStorage, Storage
 
 __all__ = ["Parts", "assemble"]
 
@@ -47,8 +47,12 @@ def assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: boo
     """Make the parts that run a checkpointer's schedules on ``storage`` (Level-2), ``level1``
     (its slots, made by ``link``) and ``ranks``. ``transfers`` is the option, "auto" decided
     here: inline where a write and a read of one state together cost less than waking a
-    thread twice, on every rank alike."""
+    thread twice, on every rank alike. A codec runs on the I/O threads, never inline unless
+    asked."""
     nbytes = memory.nbytes
+    # open_level2 put the codec in front of all Level-2
+    compressor = (storage if options.codec is not None and not in_level1 else None)
+    assert compressor is None or isinstance(compressor, CompressedStorage)
     planner = Planner(memory, storage, adaptive=options.adaptive, l1_slots=slots,
                       in_level1=in_level1)
     if in_level1:
@@ -58,8 +62,15 @@ def assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: boo
     transfer_costs: tuple[float, float] | None = None
     tier_costs: list[tuple[float, float]] | None = None
     if not in_level1 and (owns_storage or options.tuned):
-        transfer_costs, tier_costs = measure_level2(storage, nbytes, link)
-        if tier_costs is not None and transfers == "auto":
+        if compressor is not None:  # Level-2's own costs: the codec is priced on its own
+            compressor.compress_every = 0
+        try:
+            transfer_costs, tier_costs = measure_level2(storage, nbytes, link)
+        finally:
+            if compressor is not None:
+                compressor.compress_every = AutoPlanner.SAMPLE_EVERY if options.compress_auto \
+                    else 1
+        if (tier_costs is not None or compressor is not None) and transfers == "auto":
             transfers = "background"
     if transfers == "auto":
         cheap = ranks.all(transfer_costs is not None
@@ -81,11 +92,16 @@ def assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: boo
             copy_s = link.measure_copy(first, [slot])
         finally:
             level1.give(slot)
+        codec_costs = None
+        if compressor is not None and not options.compress_auto:
+            # a first run compresses before its states have shown what they are
+            codec_costs = measure_codec(compressor.codec, nbytes, dtype)
         auto = AutoPlanner.make(
             planner, fwd=fwd, rev=rev, transfers=transfers, transfer_costs=transfer_costs,
             tier_costs=tier_costs, copy_s=copy_s, staging_buffers=options.staging_buffers,
-            slots_fixed=options.l1_slots is not None, level1=level1, link=link, ranks=ranks,
-            on_host=link.device is None)
+            codec_costs=codec_costs, slots_fixed=options.l1_slots is not None, level1=level1,
+            link=link, ranks=ranks, on_host=link.device is None, compressor=compressor,
+            compress_auto=options.compress_auto)
         if memory.n_timesteps == 1:
             planner.with_interval(1)
     return Parts(planner, engine, interpreter, meter, auto, transfers, transfer_costs,

@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from schedules import AsyncMultistage
-from schedules.model import adaptive_interval, predict_adaptive
+from schedules.model import CodecCosts, adaptive_interval, predict_adaptive
 
 from ._budget import slot_candidates
 from ._buffers import padded
@@ -24,7 +24,7 @@ from ._tuning import (COSTS, CallFit, IntervalTuner, Plan, agree_costs, cheapest
                       fastest_once_warm)
 from .errors import InvalidValueError, MemoryBudgetError
 from .stats import Stats
-from .storage import Storage, memory_tier, tiers_of
+from .storage import CompressedStorage, Storage, memory_tier, tiers_of
 
 __all__ = ["AutoPlanner", "cost_key"]
 
@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 
 
 def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers: str,
-             taping: bool) -> tuple[object, ...]:
+             taping: bool, codec: object = None) -> tuple[object, ...]:
     """What the measured unit costs depend on: the operators' kinds, the state size, the
-    Level-2 device and the protocol. Taping runs a forward and a reverse call by turns at every
+    Level-2 device, its codec and the protocol. Taping runs a forward and a reverse call by turns at every
     reverse step, and on Devito 3D their steps cost more than in taping-free runs (a forward
     step 5% more, side by side): priced with the costs both protocols measured, taping runs
     took 1.2 times their prediction. The first checkpointer of one protocol starts from what
@@ -45,7 +45,7 @@ def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers:
 
     device = " then ".join(describe(tier) for tier in tiers_of(storage))
     return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
-            type(rev).__qualname__, nbytes, device, transfers, taping)
+            type(rev).__qualname__, nbytes, device, transfers, taping, repr(codec))
 
 
 class AutoPlanner:
@@ -62,11 +62,20 @@ class AutoPlanner:
         The key the costs are remembered under (:func:`cost_key`).
     slots_fixed : bool
         Whether the user gave ``l1_slots`` (else a budget's split is chosen too).
+    compressor : CompressedStorage or None
+        Level-2's codec, where it has one: it compresses the states of every run, or with
+        ``compress_auto`` of the runs whose plan the model predicts faster compressed (in
+        the others, every :data:`SAMPLE_EVERY`-th state, to measure the codec on them).
     """
+
+    #: with ``compression="auto"``, the codec runs on every SAMPLE_EVERY-th state of a run
+    #: that does not compress: its cost and ratio on the run's own states, for the next plan
+    SAMPLE_EVERY = 8
 
     def __init__(self, planner: Planner, tuner: IntervalTuner, key: tuple[object, ...], *,
                  slots_fixed: bool, level1: Level1, link: HostLink, ranks: Ranks,
-                 on_host: bool) -> None:
+                 on_host: bool, compressor: CompressedStorage | None = None,
+                 compress_auto: bool = False) -> None:
         self.planner = planner
         self.tuner = tuner
         self.key = key
@@ -74,23 +83,29 @@ class AutoPlanner:
         self.level1 = level1
         self.link = link
         self.ranks = ranks
+        self.compressor = compressor
+        self.compress_auto = compress_auto and compressor is not None
         if on_host and tuner.fault_s is None:
             tuner.fault_s = measure_fault(planner.memory.nbytes)
 
     @classmethod
     def make(cls, planner: Planner, *, fwd: object, rev: object, transfers: str,
              transfer_costs: tuple[float, float], tier_costs: list[tuple[float, float]] | None,
-             copy_s: float, staging_buffers: int, **parts: Any) -> "AutoPlanner":
+             copy_s: float, staging_buffers: int, codec_costs: CodecCosts | None = None,
+             **parts: Any) -> "AutoPlanner":
         """The planner for a new checkpointer, its tuner starting from the costs remembered
-        under its key (or the other protocol's)."""
+        under its key (or the other protocol's); ``codec_costs``: the codec's, as probed."""
         memory, storage = planner.memory, planner.storage
-        key = cost_key(fwd, rev, memory.nbytes, storage, transfers, memory.taping)
-        other = cost_key(fwd, rev, memory.nbytes, storage, transfers, not memory.taping)
+        compressor = parts.get("compressor")
+        codec = None if compressor is None else compressor.codec
+        device = storage if compressor is None else compressor.inner  # what the codec writes to
+        key = cost_key(fwd, rev, memory.nbytes, device, transfers, memory.taping, codec)
+        other = cost_key(fwd, rev, memory.nbytes, device, transfers, not memory.taping, codec)
         tw, tr = transfer_costs
         fresh = IntervalTuner(
             memory.n_timesteps or 100 * (planner.l1_slots + 1), planner.l1_slots,
             staging_buffers, transfers == "inline", memory.taping, tw=tw, tr=tr, tc=copy_s,
-            tier_costs=tier_costs, in_memory=memory_tier(storage))
+            tier_costs=tier_costs, in_memory=memory_tier(storage), codec=codec_costs)
         return cls(planner, COSTS.recall(key, fresh, otherwise=other), key, **parts)
 
     def nominal_n(self) -> int:
@@ -172,40 +187,53 @@ class AutoPlanner:
         # pricing faults changes the choice only where a fault cost was measured
         pricings = (False, True) if tuner.fresh() is not None else (False,)
         plans: list[Plan] = []
-        seen: set[tuple[int, int]] = set()
+        seen: set[tuple[int, int, bool]] = set()
         for slots in candidates:
             capacities = planner.capacities(slots)
-            try:
-                choices = [tuner.choose(slots, capacities, fresh=fresh,
-                                        max_candidates=512 if budgeted else 4096)
-                           for fresh in pricings]
-            except InvalidValueError:  # these tiers hold no state beside so many slots
-                if not budgeted:
-                    raise
-                continue
-            intervals = {choice.interval for choice in choices}
-            if planner.n_timesteps is not None:
-                intervals.add(0)
-            for interval in intervals:  # each priced once, the warm choice's baselines kept
-                used = slots
-                if budgeted and interval and not planner.adaptive:
-                    # an interval's schedule is the same with more than I slots: the budget
-                    # they would take goes to the DRAM tier instead of sending states to disk
-                    used = min(slots, interval)
-                    if (used, interval) in seen:
+            for compressed in self._codec_choices():
+                try:
+                    choices = [tuner.choose(slots, capacities, fresh=fresh,
+                                            max_candidates=512 if budgeted else 4096,
+                                            compressed=compressed)
+                               for fresh in pricings]
+                except InvalidValueError:  # these tiers hold no state beside so many slots
+                    if not budgeted:
+                        raise
+                    continue
+                intervals = {choice.interval for choice in choices}
+                if planner.n_timesteps is not None and not compressed:
+                    intervals.add(0)
+                for interval in intervals:  # each priced once, the warm choice's baselines kept
+                    used = slots
+                    if budgeted and interval and not planner.adaptive:
+                        # an interval's schedule is the same with more than I slots: the budget
+                        # they would take goes to the DRAM tier instead of sending states to disk
+                        used = min(slots, interval)
+                    if (used, interval, compressed) in seen:
                         continue
-                seen.add((used, interval))
-                room = capacities if used == slots else planner.capacities(used)
-                transfers = (AsyncMultistage(tuner.n_steps, interval, used).l2_states
-                             if interval else 0)
-                plans.append(Plan(used, interval, choices[0],
-                                  tuner.price(used, interval, room, fresh=False),
-                                  tuner.price(used, interval, room), transfers))
+                    seen.add((used, interval, compressed))
+                    room = capacities if used == slots else planner.capacities(used)
+                    transfers = (AsyncMultistage(tuner.n_steps, interval, used).l2_states
+                                 if interval else 0)
+                    plans.append(Plan(
+                        used, interval, choices[0],
+                        tuner.price(used, interval, room, fresh=False, compressed=compressed),
+                        tuner.price(used, interval, room, compressed=compressed), transfers,
+                        compressed=compressed and interval > 0))
         if not plans:
             raise MemoryBudgetError(
                 f"memory_budget={None if budget is None else budget.nbytes} bytes leaves no "
                 f"room on Level-2 {planner.storage!r}")
         return plans
+
+    def _codec_choices(self) -> tuple[bool, ...]:
+        """Whether plans are priced compressed, uncompressed or both: with ``"auto"``, both
+        once a run has measured the codec on its states."""
+        if self.compressor is None:
+            return (False,)
+        if not self.compress_auto:
+            return (True,)
+        return (False, True) if self.tuner.codec is not None else (False,)
 
     def _choose(self, stats: Stats) -> None:
         """Take the schedule the model predicts fastest once memory is warm, or after a first
@@ -224,9 +252,12 @@ class AutoPlanner:
             self._log(plans, plan)
         slots, interval = plan.slots, plan.interval
         planner.use_slots(slots)
+        if self.compress_auto:
+            assert self.compressor is not None
+            self.compressor.compress_every = 1 if plan.compressed else self.SAMPLE_EVERY
         stats.calibration = tuner.record(plan.choice)
         stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
-                                 predicted_faults_s=plan.faults_s)
+                                 predicted_faults_s=plan.faults_s, compressed=plan.compressed)
         stats.l1_slots, stats.l1_bytes = planner.l1_slots, planner.l1_bytes
         self.ranks.same("the plan (l1_slots, interval; 0: Level-1 alone)",
                         (planner.l1_slots, interval))
@@ -236,7 +267,7 @@ class AutoPlanner:
             planner.with_interval(interval)
             n = planner.n_timesteps
             if planner.adaptive and n is not None:
-                costs = tuner.costs()
+                costs = tuner.costs(compressed=plan.compressed)
                 adaptive = predict_adaptive(n, planner.l1_slots, costs, min_interval=interval,
                                             staging_buffers=tuner.staging_buffers,
                                             taping=planner.memory.taping)
@@ -247,12 +278,13 @@ class AutoPlanner:
     def _log(self, plans: list[Plan], chosen: Plan) -> None:
         tuner = self.tuner
         for plan in sorted(plans, key=lambda plan: plan.warm_s)[:6]:
-            log.debug("auto considers %d slots, I=%d: %.3f s warm, %.3f s of faults, "
-                      "%d Level-2 writes", plan.slots, plan.interval, plan.warm_s,
-                      plan.faults_s, plan.transfers)
-        log.debug("auto: %d slots, %s, predicted %.3f s (%.3f s of faults), %d warm "
+            log.debug("auto considers %d slots, I=%d%s: %.3f s warm, %.3f s of faults, "
+                      "%d Level-2 writes", plan.slots, plan.interval,
+                      " compressed" if plan.compressed else "", plan.warm_s, plan.faults_s,
+                      plan.transfers)
+        log.debug("auto: %d slots, %s%s, predicted %.3f s (%.3f s of faults), %d warm "
                   "buffers, tf %.3g s, tb %.3g s, tcall %.3g s, tw %.3g s, tr %.3g s, "
                   "fault %s s", chosen.slots,
                   f"I={chosen.interval}" if chosen.interval else "Level-1 alone",
-                  chosen.total_s, chosen.faults_s, tuner.warm_buffers, tuner.tf or 0.0,
+                  " compressed" if chosen.compressed else "", chosen.total_s, chosen.faults_s, tuner.warm_buffers, tuner.tf or 0.0,
                   tuner.costs().tb, tuner.tcall, tuner.tw, tuner.tr, tuner.fault_s)

@@ -9,15 +9,51 @@ from typing import Any
 
 import numpy as np
 
+from schedules.model import CodecCosts
+
 from ._buffers import aligned_buffer, padded
 from ._pool import POOL
 from .storage import Storage
 
-__all__ = ["measure_level2", "measure_transfer", "measure_fault", "probe_forward",
-           "THREAD_HANDOFF_S"]
+__all__ = ["measure_level2", "measure_transfer", "measure_codec", "measure_fault",
+           "probe_forward", "THREAD_HANDOFF_S"]
 
 #: What waking a worker thread costs the caller here (measured: 17-20 us per submit).
 THREAD_HANDOFF_S = 20e-6
+
+
+def _random_state(nbytes: int, dtype: Any = np.uint8) -> np.ndarray:
+    """A page-aligned buffer (uint8) of ``nbytes``: random values of ``dtype`` (random bytes
+    but for floats, whose random bits would be NaNs and infinities), made without a temporary
+    of a state's size."""
+    buffer = aligned_buffer(nbytes)
+    dtype = np.dtype(dtype)
+    floats = dtype.kind == "f" and nbytes % dtype.itemsize == 0
+    rng, chunk = np.random.default_rng(0), 1 << 20
+    for start in range(0, nbytes, chunk):
+        end = min(nbytes, start + chunk)
+        if floats:
+            values = rng.standard_normal((end - start) // dtype.itemsize).astype(dtype)
+            buffer[start:end] = values.view(np.uint8)
+        else:
+            buffer[start:end] = np.frombuffer(rng.bytes(end - start), np.uint8)
+    return buffer[:nbytes]
+
+
+def measure_codec(codec: Any, nbytes: int, dtype: Any) -> CodecCosts:
+    """What ``codec`` costs on one state of ``nbytes`` of random values of ``dtype``, which no
+    codec shrinks much: the price of compressing before a run has shown what its states
+    are."""
+    state = _random_state(nbytes, dtype)
+    start = time.perf_counter()
+    encoded = codec.encode(state)
+    middle = time.perf_counter()
+    stored = 1.0
+    if encoded is not None:
+        codec.decode(np.frombuffer(encoded, np.uint8), state)
+        stored = min(1.0, max(len(memoryview(encoded).cast("B")), 1) / nbytes)
+    end = time.perf_counter()
+    return CodecCosts(middle - start, end - middle, stored)
 
 
 def measure_transfer(storage: Storage, nbytes: int, repeats: int = 3) -> tuple[float, float]:
@@ -26,13 +62,8 @@ def measure_transfer(storage: Storage, nbytes: int, repeats: int = 3) -> tuple[f
     Uses a page-aligned buffer (of random bytes for a compressing backend, which no codec
     shrinks: it is priced at its worst) and a key no state uses (negative), and deletes it after.
     """
-    buffer = aligned_buffer(nbytes)
-    if storage.compression is not None:
-        rng, chunk = np.random.default_rng(0), 1 << 20  # no temporary of a state's size
-        for start in range(0, nbytes, chunk):
-            end = min(nbytes, start + chunk)
-            buffer[start:end] = np.frombuffer(rng.bytes(end - start), np.uint8)
-    view = buffer[:nbytes]
+    view = (_random_state(nbytes) if storage.compression is not None
+            else aligned_buffer(nbytes)[:nbytes])
     key = -1
     while key in storage:
         key -= 1

@@ -61,6 +61,9 @@ class RunMeter:
             done = codec - self._codec_base
             stats.l2_stored_bytes = done.stored_bytes
             stats.compress_s, stats.decompress_s = done.compress_s, done.decompress_s
+            stats.encoded_states, stats.decoded_states = done.encoded, done.decoded
+            stats.encoded_bytes = done.encoded_raw_bytes
+            stats.encoded_stored_bytes = done.encoded_stored_bytes
         stats.device_bytes = self.link.device_bytes
         stats.copies = self.level1.copies + engine.copies
         stats.copy_s = self.level1.copy_s + engine.copy_s

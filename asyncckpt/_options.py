@@ -3,14 +3,17 @@ command line and from the environment, with errors that name the option, the val
 accepted."""
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
 
 from schedules._args import check_bool, check_int
 
-from .compression import Codec, make_codec
+from .compression import Codec, MissingCodecError, make_codec
 from .errors import InvalidTypeError, InvalidValueError, UsageError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Options", "check_bool", "check_choice", "check_int", "check_operator", "check_stop",
            "environment",
@@ -25,6 +28,21 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
         listed = ", ".join(repr(c) for c in choices)
         raise InvalidValueError(f"{name} must be one of {listed}, got {value!r}")
     return value  # type: ignore[return-value]
+
+
+def _auto_codec(interval: int | str, dtype: object) -> Codec | None:
+    """The codec ``compression="auto"`` weighs (lossless LZ4: the fastest here), or None where
+    its package is missing; the model decides per run, so the interval must be the model's."""
+    if not isinstance(interval, str):
+        raise InvalidValueError(f"compression='auto' lets the model decide per run whether to "
+                                f"compress, so it needs interval='auto' or 'adaptive', got "
+                                f"interval={interval!r}")
+    try:
+        return make_codec("lz4", dtype)
+    except MissingCodecError:
+        log.info("compression='auto': blosc2 is not installed (pip install "
+                 "'asyncckpt[compression]'), so states are stored uncompressed")
+        return None
 
 
 def check_operator(**operators: object) -> None:
@@ -130,6 +148,8 @@ class Options:
     verify: bool
     #: the codec of ``compression=`` (None: states are stored as they are)
     codec: Codec | None
+    #: whether the model decides per run whether ``codec`` runs (``compression="auto"``)
+    compress_auto: bool
     on_level2_error: str
     blas_threads: int | None
     taping: bool
@@ -163,7 +183,11 @@ class Options:
             raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (bytes), "
                                     "or both; got neither")
         parsed = parse_interval(interval, n, adaptive=True)
-        codec = make_codec(compression, dtype)
+        compress_auto = isinstance(compression, str) and compression == "auto"
+        if compress_auto:
+            codec = _auto_codec(parsed, dtype)
+        else:
+            codec = make_codec(compression, dtype)
         return cls(
             n_timesteps=n,
             l1_slots=None if l1_slots is None else check_int("l1_slots", l1_slots, 1),
@@ -175,10 +199,12 @@ class Options:
             staging_buffers=check_int("staging_buffers", staging_buffers, 1),
             io_threads=check_int("io_threads", io_threads, 1),
             transfers=check_choice("transfers", transfers, ("auto", "background", "inline")),
-            # a lossy codec's reads differ from the states written: its checksum of the
-            # stored bytes guards them instead
-            verify=bool(verify) and (codec is None or codec.lossless),
+            # a codec's checksum of the bytes it stores guards the states instead: a lossy
+            # codec's reads differ from the states written, and a lossless one would have
+            # every state hashed twice
+            verify=bool(verify) and codec is None,
             codec=codec,
+            compress_auto=compress_auto and codec is not None,
             on_level2_error=check_choice("on_level2_error", on_level2_error,
                                          ("raise", "recompute")),
             blas_threads=(None if blas_threads is None

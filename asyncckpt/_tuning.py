@@ -19,11 +19,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from copy import deepcopy
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from schedules.model import (Costs, FreshMemory, IntervalChoice, Level2Tier, choose_interval,
-                             predict_async_multistage, predict_revolve, predict_tiered)
+from schedules.model import (CodecCosts, Costs, FreshMemory, IntervalChoice, Level2Tier,
+                             choose_interval, predict_async_multistage, predict_revolve,
+                             predict_tiered)
 
 __all__ = ["CallFit", "RunMean", "IntervalTuner", "Plan", "NEAR_TIE", "RUN_DECAY",
            "fastest_once_warm", "cheapest_near_fastest", "agree_costs", "CostMemory", "COSTS"]
@@ -72,8 +73,9 @@ class Plan:
     """One schedule "auto" may run: ``interval`` (0: Revolve in the Level-1 slots alone) with
     ``slots`` Level-1 slots, its predicted seconds once memory is warm (``warm_s``) and for the
     next run, faults in fresh memory included (``total_s``), the model's choice of interval
-    for those slots that it came from (with the Revolve and store-all baselines), and the
-    states it writes to Level-2 (``transfers``; it reads as many back)."""
+    for those slots that it came from (with the Revolve and store-all baselines), the
+    states it writes to Level-2 (``transfers``; it reads as many back) and whether the codec
+    compresses them (``compressed``)."""
 
     slots: int
     interval: int
@@ -81,6 +83,7 @@ class Plan:
     warm_s: float
     total_s: float
     transfers: int = 0
+    compressed: bool = False
 
     @property
     def faults_s(self) -> float:
@@ -99,15 +102,15 @@ def fastest_once_warm(plans: Sequence[Plan]) -> Plan:
 
 def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan:
     """Among the plans within ``near`` of the fastest once memory is warm, the one whose next
-    run faults in least fresh memory, then the one with the fewest Level-2 transfers (then the
-    faster warm, then the fewest slots).
+    run faults in least fresh memory, then one that does not compress, then the one with the
+    fewest Level-2 transfers (then the faster warm, then the fewest slots).
 
     An adjoint code evaluates many gradients, so the warm time decides; but between plans the
     model cannot tell apart, the next run's faults do, so a run keeps the plan whose memory an
     earlier run left warm instead of flipping on noise (a run once paid 7.6 s of faults for a
-    predicted 0.2 s). Then background traffic decides: the model does not price what a transfer
-    takes from the compute beside it (on two cores a Devito forward step ran 20% slower beside
-    one transfer per step: docs/benchmarks.md).
+    predicted 0.2 s). Then background work decides: the model does not price what a codec or a
+    transfer takes from the compute beside it (on two cores a Devito forward step ran 20%
+    slower beside one transfer per step: docs/benchmarks.md).
     """
     if not plans:
         raise ValueError("no plan to choose from")
@@ -115,7 +118,8 @@ def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan
         raise ValueError(f"near must be >= 0, got {near}")
     fastest = min(plan.warm_s for plan in plans)
     return min((plan for plan in plans if plan.warm_s <= fastest * (1 + near)),
-               key=lambda plan: (plan.faults_s, plan.transfers, plan.warm_s, plan.slots))
+               key=lambda plan: (plan.faults_s, plan.compressed, plan.transfers, plan.warm_s,
+                                 plan.slots))
 
 
 @dataclass
@@ -223,8 +227,11 @@ class IntervalTuner:
     busy_calls: CallFit = field(default_factory=CallFit)
     busy_adjoint_mean: RunMean = field(default_factory=RunMean)
     busy_copy_mean: RunMean = field(default_factory=RunMean)
+    #: what the codec in front of Level-2 costs per state (None: no codec, or not measured yet);
+    #: ``tw``, ``tr`` and ``tier_costs`` are those of uncompressed states
+    codec: CodecCosts | None = None
 
-    def costs(self, *, busy: bool = False) -> Costs:
+    def costs(self, *, busy: bool = False, compressed: bool = False) -> Costs:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
         cost of a store or load instead of overlapping. ``busy``: the costs of a plan with
         Level-2 transfers, whose steps and copies run beside the I/O thread's checksums and
@@ -232,7 +239,7 @@ class IntervalTuner:
         forward step than in Level-1 alone); each cost is
         taken from the other kind of run until one of this kind has measured it. Until a
         reverse sweep has been timed, a reverse step (taping step included) is taken as two
-        forward steps."""
+        forward steps. ``compressed``: transfers go through the codec (:attr:`codec`)."""
         assert self.tf is not None
         quiet = (self.tf, self.tcall, None if self.tb is None else self.tb - self.tf, self.tc)
         beside = (self.tf_busy, self.tcall_busy,
@@ -242,10 +249,18 @@ class IntervalTuner:
         tf, tcall, adjoint, tc = (a if a is not None else b for a, b in zip(first, then))
         assert tf is not None and tcall is not None and tc is not None
         tb = tf + (adjoint if adjoint is not None else tf)
+        tw, tr = self.tw, self.tr
+        if compressed:
+            codec = self._codec()
+            tw, tr = codec.write(tw), codec.read(tr)
         if self.inline:
-            return Costs(tf=tf, tb=tb, tw=0.0, tr=0.0, tc=tc + (self.tw + self.tr) / 2,
-                         tcall=tcall)
-        return Costs(tf=tf, tb=tb, tw=self.tw, tr=self.tr, tc=tc, tcall=tcall)
+            return Costs(tf=tf, tb=tb, tw=0.0, tr=0.0, tc=tc + (tw + tr) / 2, tcall=tcall)
+        return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall)
+
+    def _codec(self) -> CodecCosts:
+        if self.codec is None:
+            raise ValueError("compressed transfers are priced once the codec's costs are known")
+        return self.codec
 
     def fresh(self, priced: bool = True) -> FreshMemory | None:
         """The price of fresh memory, or None where it is not priced (or ``priced`` is False)."""
@@ -253,41 +268,50 @@ class IntervalTuner:
             return None
         return FreshMemory(self.warm_buffers, self.fault_s)
 
-    def _tiers(self, capacities: Sequence[int | None] | None,
-               priced: bool) -> list[Level2Tier] | None:
-        """Level-2's tiers for the model (None: one tier, priced by the closed form alone)."""
+    def _tiers(self, capacities: Sequence[int | None] | None, priced: bool,
+               compressed: bool = False) -> list[Level2Tier] | None:
+        """Level-2's tiers for the model (None: one tier, priced by the closed form alone);
+        ``compressed``: holding the codec's output."""
         priced = self.fresh(priced) is not None
         memory = self.in_memory if priced else None
         if self.tier_costs is not None and capacities is not None:
-            return [Level2Tier(capacity, tw, tr, in_memory=index == memory)
-                    for index, (capacity, (tw, tr)) in enumerate(zip(capacities,
-                                                                     self.tier_costs))]
+            tiers = [Level2Tier(capacity, tw, tr, in_memory=index == memory)
+                     for index, (capacity, (tw, tr)) in enumerate(zip(capacities,
+                                                                      self.tier_costs))]
+            return [self._codec().tier(tier) for tier in tiers] if compressed else tiers
         if priced:
-            costs = self.costs()
+            costs = self.costs(compressed=compressed)
             return [Level2Tier(None, costs.tw, costs.tr, in_memory=memory == 0)]
         return None
 
     def choose(self, l1_slots: int | None = None,
                capacities: Sequence[int | None] | None = None, *,
-               max_candidates: int = 4096, fresh: bool = True) -> IntervalChoice:
+               max_candidates: int = 4096, fresh: bool = True,
+               compressed: bool = False) -> IntervalChoice:
         """The interval with the least predicted time with ``l1_slots`` slots (default: the
         checkpointer's), with the baselines' predictions. ``capacities`` bound each tier of a
         tiered Level-2 (priced with its own probed tw and tr). ``fresh``: price the first touch
-        of memory beyond the warm buffers."""
-        return choose_interval(self.n_steps, l1_slots or self.l1_slots, self.costs(busy=True),
+        of memory beyond the warm buffers. ``compressed``: states go through the codec."""
+        return choose_interval(self.n_steps, l1_slots or self.l1_slots,
+                               self.costs(busy=True, compressed=compressed),
                                staging_buffers=self.staging_buffers, taping=self.taping,
                                max_candidates=max_candidates,
-                               tiers=self._tiers(capacities, fresh), fresh=self.fresh(fresh))
+                               tiers=self._tiers(capacities, fresh, compressed),
+                               fresh=self.fresh(fresh))
 
     def price(self, l1_slots: int, interval: int,
-              capacities: Sequence[int | None] | None = None, *, fresh: bool = True) -> float:
+              capacities: Sequence[int | None] | None = None, *, fresh: bool = True,
+              compressed: bool = False) -> float:
         """Predicted seconds of one plan: ``interval`` with ``l1_slots`` slots, or with
-        ``interval`` 0 Revolve in the Level-1 slots alone."""
-        costs, memory = self.costs(busy=interval > 0), self.fresh(fresh)
+        ``interval`` 0 Revolve in the Level-1 slots alone; ``compressed``: its Level-2 states
+        go through the codec."""
+        compressed = compressed and interval > 0
+        costs = self.costs(busy=interval > 0, compressed=compressed)
+        memory = self.fresh(fresh)
         if interval == 0:
             return predict_revolve(self.n_steps, l1_slots, costs, taping=self.taping,
                                    fresh=memory).total_s
-        tiers = self._tiers(capacities, fresh)
+        tiers = self._tiers(capacities, fresh, compressed)
         if tiers is None:
             return predict_async_multistage(self.n_steps, interval, l1_slots, costs,
                                             staging_buffers=self.staging_buffers,
@@ -316,7 +340,9 @@ class IntervalTuner:
         overturn them. The price of fresh memory (``fault_s``) is revised the same way from the
         buffers the run faulted in: the quiet probe at construction may find pages the process
         just freed, which fault in several times faster than the memory a long run goes on to
-        touch."""
+        touch. Where a codec ran, its seconds per state and the share of bytes it stored are
+        learned the same way (:attr:`codec`), and the transfers' costs are taken back to
+        uncompressed states (less the codec's seconds, over the share of bytes stored)."""
         # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread works
         # beside the compute and the copies for most of the run
         if stats.l2_writes > self.staging_buffers and not self.inline:
@@ -339,20 +365,42 @@ class IntervalTuner:
                     stats.reverse_compute_s / stats.reverse_steps)
             if stats.copies:
                 self.tc = self.copy_mean.add(stats.copy_s / stats.copies)
+        self._learn_codec(stats)
+        # the share of the bytes written that Level-2 stored (1 without a codec)
+        stored = (stats.l2_stored_bytes / stats.bytes_written
+                  if stats.bytes_written and stats.l2_stored_bytes else 1.0)
         if self.tier_costs is not None and stats.l2_tiers:
             # each tier's transfers as they cost inside the run (a disk's sustained speed, not
             # the one state the probe wrote and read back at once)
-            self.tier_costs = [(_blend(tw, tier["write_s"], tier["writes"]),
-                                _blend(tr, tier["read_s"], tier["reads"]))
+            self.tier_costs = [(_blend(tw, tier["write_s"] / stored, tier["writes"]),
+                                _blend(tr, tier["read_s"] / stored, tier["reads"]))
                                for (tw, tr), tier in zip(self.tier_costs, stats.l2_tiers)]
         if self.tier_costs is None:
             # fresh pages are faulted in once: the pool keeps them for the next run
-            self.tw = _blend(self.tw, max(stats.write_busy_s - stats.write_fresh_s, 0.0),
-                             stats.l2_writes)
-            self.tr = _blend(self.tr, stats.read_busy_s, stats.l2_reads)
+            written = stats.write_busy_s - stats.write_fresh_s - stats.compress_s
+            self.tw = _blend(self.tw, max(written, 0.0) / stored, stats.l2_writes)
+            self.tr = _blend(self.tr, max(stats.read_busy_s - stats.decompress_s, 0.0) / stored,
+                             stats.l2_reads)
         if self.fault_s is not None and stats.fresh_buffers:
             self.fault_s = _blend(self.fault_s, stats.fresh_s, stats.fresh_buffers)
         self.runs += 1
+
+    def _learn_codec(self, stats: Any) -> None:
+        """Revise :attr:`codec` from the states the codec compressed and decompressed in a run."""
+        encoded, decoded = stats.encoded_states, stats.decoded_states
+        if not encoded:
+            return
+        stored = max(stats.encoded_stored_bytes, 1) / max(stats.encoded_bytes, 1)
+        known = self.codec
+        if known is None:  # a read is priced as a write until one is measured
+            compress = stats.compress_s / encoded
+            self.codec = CodecCosts(compress, stats.decompress_s / decoded if decoded
+                                    else compress, min(stored, 1.0))
+            return
+        self.codec = CodecCosts(
+            compress_s=_blend(known.compress_s, stats.compress_s, encoded),
+            decompress_s=_blend(known.decompress_s, stats.decompress_s, decoded),
+            stored=min(1.0, _blend(known.stored, stored * encoded, encoded)))
 
     def record(self, choice: IntervalChoice) -> dict[str, Any]:
         """What goes into ``Stats.calibration``."""
@@ -365,6 +413,7 @@ class IntervalTuner:
             "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",
             "taping": self.taping, "interval": choice.interval,
             "fault_s": self.fault_s, "warm_buffers": self.warm_buffers,
+            "codec": None if self.codec is None else asdict(self.codec),
             "predicted_total_s": choice.prediction.total_s,
             "predicted_revolve_s": choice.revolve.total_s,
             "predicted_store_all_s": choice.store_all.total_s,
@@ -405,6 +454,7 @@ class CostMemory:
                        tc_busy=known.tc_busy, busy_calls=known.busy_calls,
                        busy_adjoint_mean=known.busy_adjoint_mean,
                        busy_copy_mean=known.busy_copy_mean,
+                       codec=tuner.codec if known.codec is None else known.codec,
                        tier_costs=known.tier_costs if known.tier_costs is not None
                        and tuner.tier_costs is not None
                        and len(known.tier_costs) == len(tuner.tier_costs)
@@ -435,14 +485,18 @@ AGREED_LARGEST = ("tf", "tb", "tcall", "tw", "tr", "tc", "fault_s", "tf_busy", "
 
 def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     """Give ``tuner`` the largest of every rank's costs (:data:`AGREED_LARGEST`, each tier's
-    too) and the fewest warm buffers (``group``: the ranks, :mod:`asyncckpt._mpi`)."""
+    and the codec's too) and the fewest warm buffers (``group``: the ranks, :mod:`asyncckpt._mpi`)."""
     mine = {name: getattr(tuner, name) for name in (*AGREED_LARGEST, "warm_buffers",
-                                                    "tier_costs")}
+                                                    "tier_costs", "codec")}
     every = group.exchange(mine)
     for name in AGREED_LARGEST:
         known = [costs[name] for costs in every if costs[name] is not None]
         setattr(tuner, name, max(known) if known else None)
     tuner.warm_buffers = min(costs["warm_buffers"] for costs in every)
+    codecs = [costs["codec"] for costs in every]
+    tuner.codec = (None if None in codecs else
+                   CodecCosts(*(max(getattr(codec, name) for codec in codecs)
+                                for name in ("compress_s", "decompress_s", "stored"))))
     if tuner.tier_costs is not None:
         tuner.tier_costs = [
             (max(costs["tier_costs"][i][0] for costs in every),

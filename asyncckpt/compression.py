@@ -259,9 +259,9 @@ def make_codec(spec: Any, dtype: Any = None) -> Codec | None:
         return spec
     if isinstance(spec, str):
         if spec not in _SHORTHANDS and spec != "zfp":
-            raise InvalidValueError(f"compression must be None, 'blosc', 'lz4', 'zstd', a dict "
-                                    f"such as {{'codec': 'zfp', 'tolerance': 1e-6}}, or a Codec; "
-                                    f"got {spec!r}")
+            raise InvalidValueError(f"compression must be None, 'auto', 'blosc', 'lz4', 'zstd', "
+                                    f"a dict such as {{'codec': 'zfp', 'tolerance': 1e-6}}, or "
+                                    f"a Codec; got {spec!r}")
         if spec == "zfp":
             raise InvalidValueError("compression 'zfp' is lossy and needs its bound: give "
                                     "{'codec': 'zfp', 'tolerance': ...} (or rate or precision)")

@@ -47,8 +47,13 @@ class Stats:
     l2_stored_bytes : int
         Bytes Level-2 stored for the run's writes: ``bytes_written`` after compression.
     compress_s, decompress_s : float
-        Seconds the codec spent on the I/O threads (0 without ``compression``); the read side
-        includes checking the stored bytes.
+        Seconds the codec spent on the I/O threads (0 without ``compression``), checking the
+        stored bytes included.
+    encoded_states, decoded_states : int
+        States the codec compressed and decompressed (with ``compression="auto"``, a sample
+        of the writes in runs it does not compress).
+    encoded_bytes, encoded_stored_bytes : int
+        Of those states, the bytes before and after compression.
     write_stall_s : float
         Seconds the forward sweep waited for a free staging buffer (Level-2 not keeping up).
     read_stall_s : float
@@ -111,6 +116,10 @@ class Stats:
     l2_stored_bytes: int = 0
     compress_s: float = 0.0
     decompress_s: float = 0.0
+    encoded_states: int = 0
+    decoded_states: int = 0
+    encoded_bytes: int = 0
+    encoded_stored_bytes: int = 0
     write_stall_s: float = 0.0
     read_stall_s: float = 0.0
     write_busy_s: float = 0.0

@@ -39,6 +39,7 @@ __all__ = [
     "predict_tiered",
     "Level2Tier",
     "FreshMemory",
+    "CodecCosts",
     "tiers_hold",
     "simulate_times",
     "choose_interval",
@@ -320,6 +321,47 @@ class Level2Tier:
     tw: float
     tr: float
     in_memory: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CodecCosts:
+    """What a codec in front of Level-2 costs per state: ``compress_s`` on the I/O thread before
+    each write, ``decompress_s`` after each read, and ``stored``, the share of a state's bytes
+    it stores (compressed size over size, at most 1; a mean over a run, whose states may
+    compress unlike each other).
+
+    A transfer's cost is taken to scale with the bytes it moves, so a write costs
+    ``compress_s + stored * tw`` and a read ``stored * tr + decompress_s``, and a tier bounded
+    by bytes holds ``capacity / stored`` states.
+    """
+
+    compress_s: float
+    decompress_s: float
+    stored: float
+
+    def __post_init__(self) -> None:
+        for name in ("compress_s", "decompress_s", "stored"):
+            value = getattr(self, name)
+            if (not isinstance(value, (int, float)) or isinstance(value, bool)
+                    or not math.isfinite(value) or value < 0):
+                raise InvalidValueError(f"CodecCosts.{name} must be a finite number >= 0, got "
+                                        f"{value!r}")
+        if not 0 < self.stored <= 1:
+            raise InvalidValueError(f"CodecCosts.stored must be in (0, 1] (compressed size over "
+                                    f"size), got {self.stored!r}")
+
+    def write(self, tw: float) -> float:
+        """Seconds to compress and write a state that takes ``tw`` to write uncompressed."""
+        return self.compress_s + self.stored * tw
+
+    def read(self, tr: float) -> float:
+        """Seconds to read back and decompress a state that takes ``tr`` to read uncompressed."""
+        return self.stored * tr + self.decompress_s
+
+    def tier(self, tier: Level2Tier) -> Level2Tier:
+        """``tier`` holding compressed states."""
+        capacity = None if tier.capacity is None else int(tier.capacity / self.stored)
+        return replace(tier, capacity=capacity, tw=self.write(tier.tw), tr=self.read(tier.tr))
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -241,7 +243,7 @@ def test_a_custom_pair_runs_like_pyrevolves() -> None:
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("gzip", "compression must be None, 'blosc', 'lz4', 'zstd'"),
+    ("gzip", "compression must be None, 'auto', 'blosc', 'lz4', 'zstd'"),
     ("zfp", "lossy and needs its bound"),
     ({"codec": "snappy"}, "codec must be 'blosc', 'zfp' or 'custom', got 'snappy'"),
     ({"codec": "blosc", "clevel": 12}, r"clevel must be an int in \[0, 9\], got 12"),
@@ -415,4 +417,83 @@ def test_states_of_many_compressed_sizes_leave_no_more_dram_than_was_stored_at_o
             storage.delete(t)
         assert inner.nbytes_held <= peaks[-1]
     assert peaks[1] <= peaks[0] < 20 * n * 4
+    storage.close()
+
+
+class SlowDisk(FileStorage):
+    """Files on a device of ``bytes_per_s``, each transfer taking the time its bytes need there
+    (a network file system, an old disk): where compressing pays."""
+
+    def __init__(self, directory: Path, *, bytes_per_s: float) -> None:
+        super().__init__(directory)
+        self.bytes_per_s = bytes_per_s
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        time.sleep(buf.nbytes / self.bytes_per_s)
+        super().put(key, buf)
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        super().get(key, out)
+        time.sleep(out.nbytes / self.bytes_per_s)
+
+
+def auto_runs(model: Any, storage: Any, runs: int) -> list[Any]:
+    reference = store_all_reference(model)
+    stats = []
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), model.n, l1_slots=2,
+                           interval="auto", storage=storage, compression="auto") as ckp:
+        for _ in range(runs):
+            assert same_bits(forward_reverse(model, ckp), reference)
+            stats.append(ckp.stats)
+    return stats
+
+
+def test_auto_compresses_once_it_has_seen_states_shrink_and_level2_is_slow(
+        tmp_path: Path) -> None:
+    # 512 KiB states, nearly all zeros, to a device of 50 MB/s: 10 ms per state uncompressed
+    first, second = auto_runs(wavefront(120, points=1 << 16), SlowDisk(tmp_path,
+                                                                       bytes_per_s=50e6), 2)
+    # the first run samples the codec on every 8th state and stores the rest as they are
+    assert first.calibration["compressed"] is False
+    assert 0 < first.encoded_states < first.l2_writes
+    assert first.encoded_states == first.l2_writes // 8
+    assert second.calibration["compressed"] is True
+    assert second.encoded_states == second.l2_writes == second.decoded_states
+    assert second.compression_ratio > 8
+    assert second.calibration["codec"]["stored"] < 0.2
+
+
+def test_auto_declines_where_states_do_not_shrink_and_level2_is_dram() -> None:
+    runs = auto_runs(Leapfrog(60, points=1 << 15), None, 3)
+    for stats in runs:
+        assert stats.calibration["compressed"] is False
+        assert 0 < stats.encoded_states < stats.l2_writes  # still sampled, for the next plan
+    assert runs[-1].calibration["codec"]["stored"] > 0.9
+
+
+def test_auto_compression_needs_the_models_interval() -> None:
+    model = Leapfrog(10)
+    with pytest.raises(InvalidValueError, match="compression='auto' .* needs interval='auto' or "
+                                                "'adaptive', got interval=3"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), 10, l1_slots=2, interval=3,
+                          compression="auto")
+
+
+def test_a_compressed_storage_can_run_its_codec_on_every_kth_state() -> None:
+    storage = CompressedStorage(HostMemoryStorage(), make_codec("lz4", np.float32))
+    storage.compress_every = 3
+    state = np.zeros(1 << 16, np.uint8)
+    for key in range(9):
+        storage.put(key, state)
+    done = storage.compression
+    assert (done.states, done.encoded) == (9, 3)
+    assert done.stored_bytes == 6 * state.nbytes + done.encoded_stored_bytes
+    out = np.ones_like(state)
+    for key in range(9):
+        storage.get(key, out)
+        assert not out.any()
+    assert storage.compression.decoded == 3
+    storage.compress_every = 0
+    storage.put(9, state)
+    assert storage.compression.encoded == 3
     storage.close()

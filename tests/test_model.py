@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedules import AsyncMultistage, Revolve, simulate
+from schedules import AsyncMultistage, InvalidValueError, Revolve, simulate
 from schedules.model import (
+    CodecCosts,
     Costs,
     FreshMemory,
     Level2Tier,
@@ -169,3 +170,16 @@ def test_costly_fresh_memory_steers_the_choice_away_from_many_slots() -> None:
 def test_bad_fresh_memory(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         FreshMemory(**kwargs)
+
+
+def test_codec_costs_price_a_tier_holding_compressed_states() -> None:
+    codec = CodecCosts(compress_s=2.0, decompress_s=1.0, stored=0.5)
+    assert codec.write(4.0) == 4.0 and codec.read(4.0) == 3.0
+    assert codec.tier(Level2Tier(5, 4.0, 4.0, in_memory=True)) == Level2Tier(10, 4.0, 3.0,
+                                                                             in_memory=True)
+    assert codec.tier(Level2Tier(None, 2.0, 2.0)).capacity is None
+    for bad in (dict(stored=0.0), dict(stored=1.5), dict(compress_s=-1.0),
+                dict(decompress_s=float("nan"))):
+        values = {"compress_s": 1.0, "decompress_s": 1.0, "stored": 0.5, **bad}
+        with pytest.raises(InvalidValueError, match="CodecCosts"):
+            CodecCosts(**values)

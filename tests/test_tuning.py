@@ -8,7 +8,7 @@ import pytest
 from asyncckpt._tuning import (NEAR_TIE, PRIOR_TRANSFERS, RUN_DECAY, CallFit, IntervalTuner, Plan,
                                RunMean, cheapest_near_fastest, fastest_once_warm)
 from asyncckpt.stats import Stats
-from schedules.model import Costs, choose_interval
+from schedules.model import CodecCosts, Costs, choose_interval
 
 CHOICE = choose_interval(100, 4, Costs(tf=1e-3, tb=2e-3, tw=1e-3, tr=1e-3, tc=1e-4))
 
@@ -225,3 +225,53 @@ def test_copies_beside_background_transfers_are_priced_apart_for_plans_with_leve
                            tw=1e-5, tr=1e-5, tc=6e-4, tf=1e-3)
     inline.learn(busy, fit=CallFit())
     assert inline.tc_busy is None and inline.tc == pytest.approx(1.2e-3)
+
+
+def test_compressed_plans_are_priced_with_the_codec_and_its_ratio() -> None:
+    tuner = tuner_with_tiers([(1e-3, 1e-3), (8e-3, 6e-3)])
+    tuner.codec = CodecCosts(compress_s=2e-3, decompress_s=1e-3, stored=0.25)
+    plain = tuner.costs(busy=True)
+    packed = tuner.costs(busy=True, compressed=True)
+    assert (packed.tw, packed.tr) == pytest.approx((2e-3 + 0.25 * plain.tw,
+                                                    0.25 * plain.tr + 1e-3))
+    assert (packed.tf, packed.tb, packed.tc) == (plain.tf, plain.tb, plain.tc)
+    tiers = tuner._tiers([10, None], priced=False, compressed=True)
+    assert tiers is not None
+    assert [(t.capacity, t.tw, t.tr) for t in tiers] == [
+        (40, pytest.approx(2.25e-3), pytest.approx(1.25e-3)),
+        (None, pytest.approx(4e-3), pytest.approx(2.5e-3))]
+    # Revolve in Level-1 alone moves nothing through the codec
+    assert tuner.price(4, 0, [10, None], compressed=True) == tuner.price(4, 0, [10, None])
+    with pytest.raises(ValueError, match="codec's costs are known"):
+        IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
+                      tw=1e-3, tr=1e-3, tc=1e-4, tf=1e-3).costs(compressed=True)
+
+
+def test_a_compressed_run_teaches_the_codecs_costs_and_the_uncompressed_transfers() -> None:
+    tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
+                          tw=4e-3, tr=4e-3, tc=1e-4, tf=1e-3)
+    stats = Stats()
+    # 1000 states of 1 MB, a quarter of each stored: 3 ms on the I/O thread per write, of
+    # which 2 ms compressing; reads 1 ms, of which 0.5 ms decompressing
+    stats.l2_writes = stats.l2_reads = stats.encoded_states = stats.decoded_states = 1000
+    stats.bytes_written = stats.encoded_bytes = 1000 << 20
+    stats.l2_stored_bytes = stats.encoded_stored_bytes = 250 << 20
+    stats.write_busy_s, stats.compress_s = 3.0, 2.0
+    stats.read_busy_s, stats.decompress_s = 1.0, 0.5
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.codec is not None
+    assert tuner.codec.compress_s == pytest.approx(2e-3, rel=0.01)
+    assert tuner.codec.decompress_s == pytest.approx(0.5e-3, rel=0.01)
+    assert tuner.codec.stored == pytest.approx(0.25)
+    # 1 ms to write a quarter state: 4 ms for a whole one; 0.5 ms to read a quarter: 2 ms
+    assert tuner.tw == pytest.approx(4e-3, rel=0.01)
+    assert tuner.tr == pytest.approx(2e-3, rel=0.01)
+    # a run that sampled the codec on a few states nudges what it knows
+    stats.encoded_states = stats.decoded_states = 2
+    stats.encoded_bytes, stats.encoded_stored_bytes = 2 << 20, 2 << 20
+    stats.compress_s, stats.decompress_s = 2 * 8e-3, 2 * 2e-3
+    stats.bytes_written = stats.l2_stored_bytes = 1000 << 20
+    tuner.learn(stats, fit=CallFit())
+    blend = PRIOR_TRANSFERS + 2
+    assert tuner.codec.compress_s == pytest.approx((PRIOR_TRANSFERS * 2e-3 + 16e-3) / blend)
+    assert tuner.codec.stored == pytest.approx((PRIOR_TRANSFERS * 0.25 + 2 * 1.0) / blend)

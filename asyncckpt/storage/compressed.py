@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -20,21 +20,24 @@ __all__ = ["CompressedStorage", "CompressionCounters"]
 @dataclass(frozen=True)
 class CompressionCounters:
     """What a :class:`CompressedStorage` did: states written, their bytes before and after
-    compression (a state the codec cannot shrink is stored as it is and counted at its size),
-    and the seconds its codec spent compressing and decompressing."""
+    compression (a state the codec cannot shrink, or was not asked to, is stored as it is and
+    counted at its size), and of them the states the codec ran on (``encoded``, with their
+    bytes before and after) and read back (``decoded``), and the seconds it spent on them,
+    checksums of the stored bytes included."""
 
     states: int = 0
     raw_bytes: int = 0
     stored_bytes: int = 0
     compress_s: float = 0.0
     decompress_s: float = 0.0
+    encoded: int = 0
+    encoded_raw_bytes: int = 0
+    encoded_stored_bytes: int = 0
+    decoded: int = 0
 
     def __sub__(self, other: "CompressionCounters") -> "CompressionCounters":
-        return CompressionCounters(self.states - other.states,
-                                   self.raw_bytes - other.raw_bytes,
-                                   self.stored_bytes - other.stored_bytes,
-                                   self.compress_s - other.compress_s,
-                                   self.decompress_s - other.decompress_s)
+        return CompressionCounters(*(getattr(self, name.name) - getattr(other, name.name)
+                                     for name in fields(self)))
 
     @property
     def ratio(self) -> float:
@@ -52,6 +55,7 @@ class _Record:
     nbytes: int  # bytes stored on the inner backend (its size class)
     packed: int  # bytes of the codec's output in them; 0: the state is stored as it is
     digest: int  # xxh3 of the stored bytes
+    encoded: bool  # whether the codec ran on the state (counted as its work when read)
 
 
 class CompressedStorage(WrapperStorage):
@@ -69,6 +73,10 @@ class CompressedStorage(WrapperStorage):
 
     Each thread that calls ``put`` or ``get`` keeps one page-aligned buffer as large as the
     largest compressed state it moved (so that writes to a file can bypass the page cache).
+
+    :attr:`compress_every` says which states the codec runs on: 1 (the default) every one, k
+    every k-th (the others stored as they are, checksummed alike: ``compression="auto"``
+    samples the codec's cost and ratio so), 0 none.
 
     Parameters
     ----------
@@ -93,6 +101,9 @@ class CompressedStorage(WrapperStorage):
         self._records: dict[int, _Record] = {}
         self._counters = CompressionCounters()
         self._scratch = threading.local()
+        self._puts = 0
+        #: 1: the codec runs on every state; k: on every k-th; 0: on none
+        self.compress_every = 1
 
     def __repr__(self) -> str:
         return f"CompressedStorage({self.inner!r}, {self.codec!r})"
@@ -132,9 +143,16 @@ class CompressedStorage(WrapperStorage):
     def reset_counters(self) -> None:
         self.inner.reset_counters()  # type: ignore[attr-defined]
 
+    def _encodes_next(self) -> bool:
+        every = self.compress_every
+        with self._lock:
+            self._puts += 1
+            return every > 0 and self._puts % every == 0
+
     def put(self, key: int, buf: np.ndarray) -> None:
         start = time.perf_counter()
-        encoded = self.codec.encode(buf)
+        run_codec = self._encodes_next()
+        encoded = self.codec.encode(buf) if run_codec else None
         packed = 0 if encoded is None else len(memoryview(encoded).cast("B"))
         granule = -(-max(1, buf.nbytes // SIZE_CLASSES) // 64) * 64
         size = -(-packed // granule) * granule
@@ -148,9 +166,13 @@ class CompressedStorage(WrapperStorage):
         spent = time.perf_counter() - start
         self.inner.put(key, stored)
         with self._lock:
-            self._records[key] = _Record(stored.nbytes, packed, digest)
-        self._count(states=1, raw_bytes=buf.nbytes, stored_bytes=stored.nbytes,
-                    compress_s=spent)
+            self._records[key] = _Record(stored.nbytes, packed, digest, run_codec)
+        if run_codec:
+            self._count(states=1, raw_bytes=buf.nbytes, stored_bytes=stored.nbytes,
+                        compress_s=spent, encoded=1, encoded_raw_bytes=buf.nbytes,
+                        encoded_stored_bytes=stored.nbytes)
+        else:
+            self._count(states=1, raw_bytes=buf.nbytes, stored_bytes=stored.nbytes)
 
     def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
         self.put(key, buffer[:nbytes])
@@ -173,7 +195,8 @@ class CompressedStorage(WrapperStorage):
             except Exception as exc:
                 raise CorruptionError(f"CompressedStorage.get({key}): {self.codec!r} could not "
                                       f"decompress the stored bytes: {exc}") from exc
-        self._count(decompress_s=time.perf_counter() - start)
+        if record.encoded:
+            self._count(decompress_s=time.perf_counter() - start, decoded=1)
 
     def delete(self, key: int) -> None:
         with self._lock:
