@@ -227,6 +227,10 @@ class IntervalTuner:
     busy_calls: CallFit = field(default_factory=CallFit)
     busy_adjoint_mean: RunMean = field(default_factory=RunMean)
     busy_copy_mean: RunMean = field(default_factory=RunMean)
+    #: what each Level-2 transfer takes from the compute beside it (None: not measured yet),
+    #: over the runs with transfers (see :meth:`learn`)
+    tx: float | None = None
+    contention_mean: RunMean = field(default_factory=RunMean)
     #: what the codec in front of Level-2 costs per state (None: no codec, or not measured yet);
     #: ``tw``, ``tr`` and ``tier_costs`` are those of uncompressed states
     codec: CodecCosts | None = None
@@ -239,12 +243,23 @@ class IntervalTuner:
         forward step than in Level-1 alone); each cost is
         taken from the other kind of run until one of this kind has measured it. Until a
         reverse sweep has been timed, a reverse step (taping step included) is taken as two
-        forward steps. ``compressed``: transfers go through the codec (:attr:`codec`)."""
+        forward steps. ``compressed``: transfers go through the codec (:attr:`codec`).
+
+        Once a run with transfers has measured what each one takes from the compute
+        (:attr:`tx`), a busy plan is priced with the quiet costs and ``tx`` per transfer
+        instead, so that a plan moving fewer states is priced nearer its quiet cost (on Devito
+        3D under a 2% budget, I = 5 with 4 slots ran 12% faster than I = 2 with one, which the
+        flat busy costs, measured at I = 2, had priced slower)."""
         assert self.tf is not None
         quiet = (self.tf, self.tcall, None if self.tb is None else self.tb - self.tf, self.tc)
         beside = (self.tf_busy, self.tcall_busy,
                   None if self.tb_busy is None or self.tf_busy is None
                   else self.tb_busy - self.tf_busy, self.tc_busy)
+        tx = 0.0
+        if busy and not self.inline and self.tx is not None:
+            # quiet costs and tx per transfer; the reverse call's contention is in tx only
+            # where its quiet cost is known (see learn)
+            tx, beside = self.tx, (None, None, beside[2] if quiet[2] is None else None, None)
         first, then = (beside, quiet) if busy and not self.inline else (quiet, beside)
         tf, tcall, adjoint, tc = (a if a is not None else b for a, b in zip(first, then))
         assert tf is not None and tcall is not None and tc is not None
@@ -255,7 +270,7 @@ class IntervalTuner:
             tw, tr = codec.write(tw), codec.read(tr)
         if self.inline:
             return Costs(tf=tf, tb=tb, tw=0.0, tr=0.0, tc=tc + (tw + tr) / 2, tcall=tcall)
-        return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall)
+        return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall, tx=tx)
 
     def _codec(self) -> CodecCosts:
         if self.codec is None:
@@ -346,6 +361,7 @@ class IntervalTuner:
         # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread works
         # beside the compute and the copies for most of the run
         if stats.l2_writes > self.staging_buffers and not self.inline:
+            self._learn_contention(stats, fit)
             self.busy_calls = self.busy_calls.pooled(fit)
             if self.busy_calls.steps:
                 self.tcall_busy, self.tf_busy = _fitted(
@@ -385,6 +401,18 @@ class IntervalTuner:
             self.fault_s = _blend(self.fault_s, stats.fresh_s, stats.fresh_buffers)
         self.runs += 1
 
+    def _learn_contention(self, stats: Any, fit: CallFit) -> None:
+        """Revise :attr:`tx` from a run with transfers: its forward calls, copies and (where
+        their quiet cost is known) reverse calls beyond their quiet costs, per transfer."""
+        transfers = stats.l2_writes + stats.l2_reads
+        if self.tf is None or not transfers or not fit.calls:
+            return
+        extra = fit.seconds - fit.calls * self.tcall - fit.steps * self.tf
+        extra += stats.copy_s - stats.copies * self.tc
+        if self.tb is not None:
+            extra += stats.reverse_compute_s - stats.reverse_steps * (self.tb - self.tf)
+        self.tx = self.contention_mean.add(max(extra, 0.0) / transfers)
+
     def _learn_codec(self, stats: Any) -> None:
         """Revise :attr:`codec` from the states the codec compressed and decompressed in a run."""
         encoded, decoded = stats.encoded_states, stats.decoded_states
@@ -409,6 +437,7 @@ class IntervalTuner:
             "tf_s": costs.tf, "tb_s": costs.tb, "tcall_s": costs.tcall, "tw_s": self.tw,
             "tr_s": self.tr, "tc_s": self.tc, "tf_busy_s": self.tf_busy,
             "tcall_busy_s": self.tcall_busy, "tb_busy_s": self.tb_busy, "tc_busy_s": self.tc_busy,
+            "tx_s": self.tx,
             "tb_measured": self.tb is not None,
             "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",
             "taping": self.taping, "interval": choice.interval,
@@ -455,6 +484,7 @@ class CostMemory:
                        busy_adjoint_mean=known.busy_adjoint_mean,
                        busy_copy_mean=known.busy_copy_mean,
                        codec=tuner.codec if known.codec is None else known.codec,
+                       tx=known.tx, contention_mean=known.contention_mean,
                        tier_costs=known.tier_costs if known.tier_costs is not None
                        and tuner.tier_costs is not None
                        and len(known.tier_costs) == len(tuner.tier_costs)
@@ -480,7 +510,7 @@ COSTS = CostMemory()
 #: all, since every operator call waits for it (and every rank waits for the one paying most
 #: to fault memory in).
 AGREED_LARGEST = ("tf", "tb", "tcall", "tw", "tr", "tc", "fault_s", "tf_busy", "tcall_busy",
-                  "tb_busy", "tc_busy")
+                  "tb_busy", "tc_busy", "tx")
 
 
 def agree_costs(tuner: IntervalTuner, group: Any) -> None:

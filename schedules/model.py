@@ -49,7 +49,12 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Costs:
-    """Measured or assumed unit costs, in seconds (``nbytes`` for reference only)."""
+    """Measured or assumed unit costs, in seconds (``nbytes`` for reference only).
+
+    ``tx`` is what each Level-2 transfer takes from the compute beside it while the I/O thread
+    moves it (memory bandwidth, caches, the other core), paid on the main thread: a schedule
+    that moves fewer states runs its steps and copies nearer their cost alone.
+    """
 
     tf: float
     tb: float
@@ -58,9 +63,10 @@ class Costs:
     tc: float = 0.0
     nbytes: int = 0
     tcall: float = 0.0
+    tx: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("tf", "tb", "tw", "tr", "tc", "tcall"):
+        for name in ("tf", "tb", "tw", "tr", "tc", "tcall", "tx"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise InvalidValueError(f"Costs.{name} must be a finite number of seconds, got {value!r}")
@@ -180,11 +186,11 @@ def _async_multistage(n: int, interval: int, l1_slots: int, costs: Costs, tw: fl
     count = math.ceil(n / interval)
     last = n - (count - 1) * interval
     level2_stores = count - 1 + (last > 1 or not taping)
-    compute_fwd = costs.advance(interval) + costs.tc
+    compute_fwd = costs.advance(interval) + costs.tc + costs.tx
     write_bound = max(0, level2_stores - staging_buffers)
     write_stall = max(0.0, tw - compute_fwd) * write_bound
-    forward = (count - 1) * costs.advance(interval) + last * costs.tf + level2_stores * costs.tc \
-        + write_stall
+    forward = (count - 1) * costs.advance(interval) + last * costs.tf \
+        + level2_stores * (costs.tc + costs.tx) + write_stall
 
     full = _range_counts(interval, snaps, taping, reaches_end=False)
     last_counts = _range_counts(last, snaps, taping, reaches_end=True)
@@ -194,7 +200,7 @@ def _async_multistage(n: int, interval: int, l1_slots: int, costs: Costs, tw: fl
     queued = min(staging_buffers, count) * max(0.0, tw - compute_fwd) if count > 1 else 0.0
     read_stall = max(0.0, queued + tr - last_s) if count > 1 else 0.0
     read_stall += max(0.0, tr - full_s) * max(0, count - 2)
-    reverse = last_s + (count - 1) * full_s + read_stall
+    reverse = last_s + (count - 1) * full_s + read_stall + level2_stores * costs.tx  # reads
     steps = (count - 1) * (interval + full.steps) + last_counts.steps
     return Prediction("async-multistage", forward + reverse, forward, reverse, steps,
                       write_stall, read_stall)
@@ -272,7 +278,7 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
                     write_stall += earliest - now
                     now = earliest
                     in_flight.remove(earliest)
-                now += costs.tc
+                now += costs.tc + costs.tx
                 done = transfer(now, costs.tw)
                 in_flight.append(done)
                 written[step] = done
@@ -280,6 +286,7 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
                 now += costs.tc
             case Prefetch(step=step):
                 arrives[step] = transfer(max(now, written.get(step, 0.0)), costs.tr)
+                now += costs.tx
             case Load(step=step, tier=tier):
                 if tier is Tier.L2 and arrives[step] > now:
                     read_stall += arrives[step] - now

@@ -183,3 +183,17 @@ def test_codec_costs_price_a_tier_holding_compressed_states() -> None:
         values = {"compress_s": 1.0, "decompress_s": 1.0, "stored": 0.5, **bad}
         with pytest.raises(InvalidValueError, match="CodecCosts"):
             CodecCosts(**values)
+
+
+def test_contention_is_paid_per_level2_transfer_and_simulated_alike() -> None:
+    # 100 steps at I = 10: 10 states written and read back
+    quiet = Costs(tf=1.0, tb=3.0, tw=0.1, tr=0.1, tc=0.05)
+    busy = replace(quiet, tx=0.5)
+    plain = predict_async_multistage(100, 10, 4, quiet, taping=False)
+    contended = predict_async_multistage(100, 10, 4, busy, taping=False)
+    assert contended.total_s - plain.total_s == pytest.approx(0.5 * (10 + 10))
+    assert contended.forward_s - plain.forward_s == pytest.approx(0.5 * 10)
+    schedule = AsyncMultistage(100, 10, 4, taping=False)
+    simulated = [simulate_times(schedule, costs).total_s for costs in (quiet, busy)]
+    assert simulated[1] - simulated[0] == pytest.approx(0.5 * 2 * schedule.l2_states)
+    assert predict_revolve(100, 4, busy).total_s == predict_revolve(100, 4, quiet).total_s

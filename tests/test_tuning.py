@@ -177,13 +177,27 @@ def test_steps_beside_background_transfers_are_priced_apart_for_plans_with_level
     before = {interval: tuner.price(4, interval) for interval in (0, 10)}
     busy = Stats(copies=100, copy_s=0.12, l2_writes=10, reverse_steps=100,
                  reverse_compute_s=0.3)
-    tuner.learn(busy, fit=calls_of(2e-4, 1.5e-3, [1, 10]))
+    busy_calls = calls_of(2e-4, 1.5e-3, [1, 10])
+    tuner.learn(busy, fit=busy_calls)
     assert (tuner.tf, tuner.tcall) == pytest.approx((1.2e-3, 1e-4))
     assert (tuner.tf_busy, tuner.tcall_busy) == pytest.approx((1.5e-3, 2e-4))
     assert tuner.tb_busy == pytest.approx(1.5e-3 + 3e-3)
+    # priced as the quiet costs plus what each transfer took from them: the forward calls'
+    # excess, 0.06 s more copying and 0.05 s more in the reverse calls, over 10 transfers
     busy_costs = tuner.costs(busy=True)
     assert (busy_costs.tf, busy_costs.tcall, busy_costs.tb, busy_costs.tc) == pytest.approx(
-        (1.5e-3, 2e-4, 4.5e-3, 1.2e-3))
+        (1.2e-3, 1e-4, 1.2e-3 + 2.5e-3, 6e-4))
+    excess = busy_calls.seconds - busy_calls.calls * 1e-4 - busy_calls.steps * 1.2e-3
+    assert busy_costs.tx == pytest.approx((excess + 0.06 + 0.05) / 10)
+    # so an interval moving half the states pays half as much of it
+    def contention(interval: int) -> float:
+        base = tuner.price(4, interval)
+        tuner.tx, saved = 0.0, tuner.tx
+        try:
+            return base - tuner.price(4, interval)
+        finally:
+            tuner.tx = saved
+    assert contention(10) == pytest.approx(2 * contention(20), rel=0.15)
     # Revolve in Level-1 alone keeps its price, the interval plan pays for the contention
     assert tuner.price(4, 0) == pytest.approx(before[0])
     assert tuner.price(4, 10) > before[10]
