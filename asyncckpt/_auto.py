@@ -34,10 +34,10 @@ log = logging.getLogger(__name__)
 def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers: str,
              taping: bool, codec: object = None) -> tuple[object, ...]:
     """What the measured unit costs depend on: the operators' kinds, the state size, the
-    Level-2 device, its codec and the protocol. Taping runs a forward and a reverse call by turns at every
-    reverse step, and on Devito 3D their steps cost more than in taping-free runs (a forward
-    step 5% more, side by side): priced with the costs both protocols measured, taping runs
-    took 1.2 times their prediction. The first checkpointer of one protocol starts from what
+    Level-2 device, its codec and the protocol. Taping runs a forward and a reverse call by
+    turns at every reverse step, and on Devito 3D their steps cost more than in taping-free
+    runs (a forward step 5% more, side by side): priced with the costs both protocols
+    measured, taping runs took 1.2 times their prediction. The first checkpointer of one protocol starts from what
     runs of the other measured (see :meth:`~asyncckpt._tuning.CostMemory.recall`)."""
     def describe(tier: Storage) -> str:
         config = tier.get_config()
@@ -201,7 +201,8 @@ class AutoPlanner:
                         raise
                     continue
                 intervals = {choice.interval for choice in choices}
-                if planner.n_timesteps is not None and not compressed:
+                # Level-1 alone moves no state through the codec: priced once
+                if planner.n_timesteps is not None and not (compressed and self.compress_auto):
                     intervals.add(0)
                 for interval in intervals:  # each priced once, the warm choice's baselines kept
                     used = slots

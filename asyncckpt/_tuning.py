@@ -227,10 +227,9 @@ class IntervalTuner:
     busy_calls: CallFit = field(default_factory=CallFit)
     busy_adjoint_mean: RunMean = field(default_factory=RunMean)
     busy_copy_mean: RunMean = field(default_factory=RunMean)
-    #: what each Level-2 transfer takes from the compute beside it (None: not measured yet),
-    #: over the runs with transfers (see :meth:`learn`)
+    #: what each Level-2 transfer takes from the compute beside it (None: not measured yet;
+    #: see :meth:`learn`)
     tx: float | None = None
-    contention_mean: RunMean = field(default_factory=RunMean)
     #: what the codec in front of Level-2 costs per state (None: no codec, or not measured yet);
     #: ``tw``, ``tr`` and ``tier_costs`` are those of uncompressed states
     codec: CodecCosts | None = None
@@ -403,7 +402,10 @@ class IntervalTuner:
 
     def _learn_contention(self, stats: Any, fit: CallFit) -> None:
         """Revise :attr:`tx` from a run with transfers: its forward calls, copies and (where
-        their quiet cost is known) reverse calls beyond their quiet costs, per transfer."""
+        their quiet cost is known) reverse calls beyond their quiet costs, per transfer, blended
+        as transfer costs are (:data:`PRIOR_TRANSFERS`; at first with none): the noise of a
+        run's compute divided by a few transfers must not price them as dear as a disk
+        write."""
         transfers = stats.l2_writes + stats.l2_reads
         if self.tf is None or not transfers or not fit.calls:
             return
@@ -411,7 +413,7 @@ class IntervalTuner:
         extra += stats.copy_s - stats.copies * self.tc
         if self.tb is not None:
             extra += stats.reverse_compute_s - stats.reverse_steps * (self.tb - self.tf)
-        self.tx = self.contention_mean.add(max(extra, 0.0) / transfers)
+        self.tx = _blend(self.tx or 0.0, max(extra, 0.0), transfers)
 
     def _learn_codec(self, stats: Any) -> None:
         """Revise :attr:`codec` from the states the codec compressed and decompressed in a run."""
@@ -484,7 +486,7 @@ class CostMemory:
                        busy_adjoint_mean=known.busy_adjoint_mean,
                        busy_copy_mean=known.busy_copy_mean,
                        codec=tuner.codec if known.codec is None else known.codec,
-                       tx=known.tx, contention_mean=known.contention_mean,
+                       tx=known.tx,
                        tier_costs=known.tier_costs if known.tier_costs is not None
                        and tuner.tier_costs is not None
                        and len(known.tier_costs) == len(tuner.tier_costs)

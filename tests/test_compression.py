@@ -450,13 +450,13 @@ def auto_runs(model: Any, storage: Any, runs: int) -> list[Any]:
 
 def test_auto_compresses_once_it_has_seen_states_shrink_and_level2_is_slow(
         tmp_path: Path) -> None:
-    # 512 KiB states, nearly all zeros, to a device of 50 MB/s: 10 ms per state uncompressed
+    # 512 KiB states, nearly all zeros, to a device of 20 MB/s: 26 ms per state uncompressed
     first, second = auto_runs(wavefront(120, points=1 << 16), SlowDisk(tmp_path,
-                                                                       bytes_per_s=50e6), 2)
+                                                                       bytes_per_s=20e6), 2)
     # the first run samples the codec on every 8th state and stores the rest as they are
     assert first.calibration["compressed"] is False
     assert 0 < first.encoded_states < first.l2_writes
-    assert first.encoded_states == first.l2_writes // 8
+    assert first.encoded_states == -(-first.l2_writes // 8)  # the 1st, 9th, ...
     assert second.calibration["compressed"] is True
     assert second.encoded_states == second.l2_writes == second.decoded_states
     assert second.compression_ratio > 8
@@ -483,17 +483,20 @@ def test_a_compressed_storage_can_run_its_codec_on_every_kth_state() -> None:
     storage = CompressedStorage(HostMemoryStorage(), make_codec("lz4", np.float32))
     storage.compress_every = 3
     state = np.zeros(1 << 16, np.uint8)
-    for key in range(9):
+    for key in range(8):  # the codec runs on puts 1, 4 and 7
         storage.put(key, state)
     done = storage.compression
-    assert (done.states, done.encoded) == (9, 3)
-    assert done.stored_bytes == 6 * state.nbytes + done.encoded_stored_bytes
+    assert (done.states, done.encoded) == (8, 3)
+    assert done.stored_bytes == 5 * state.nbytes + done.encoded_stored_bytes
     out = np.ones_like(state)
-    for key in range(9):
+    for key in range(8):
         storage.get(key, out)
         assert not out.any()
     assert storage.compression.decoded == 3
+    storage.compress_every = 3  # the count starts anew: the next put is sampled
+    storage.put(8, state)
+    assert storage.compression.encoded == 4
     storage.compress_every = 0
     storage.put(9, state)
-    assert storage.compression.encoded == 3
+    assert storage.compression.encoded == 4
     storage.close()

@@ -184,11 +184,12 @@ def test_steps_beside_background_transfers_are_priced_apart_for_plans_with_level
     assert tuner.tb_busy == pytest.approx(1.5e-3 + 3e-3)
     # priced as the quiet costs plus what each transfer took from them: the forward calls'
     # excess, 0.06 s more copying and 0.05 s more in the reverse calls, over 10 transfers
+    # (shrunk towards 0 by a prior worth PRIOR_TRANSFERS transfers)
     busy_costs = tuner.costs(busy=True)
     assert (busy_costs.tf, busy_costs.tcall, busy_costs.tb, busy_costs.tc) == pytest.approx(
         (1.2e-3, 1e-4, 1.2e-3 + 2.5e-3, 6e-4))
     excess = busy_calls.seconds - busy_calls.calls * 1e-4 - busy_calls.steps * 1.2e-3
-    assert busy_costs.tx == pytest.approx((excess + 0.06 + 0.05) / 10)
+    assert busy_costs.tx == pytest.approx((excess + 0.06 + 0.05) / (PRIOR_TRANSFERS + 10))
     # so an interval moving half the states pays half as much of it
     def contention(interval: int) -> float:
         base = tuner.price(4, interval)

@@ -102,8 +102,7 @@ class CompressedStorage(WrapperStorage):
         self._counters = CompressionCounters()
         self._scratch = threading.local()
         self._puts = 0
-        #: 1: the codec runs on every state; k: on every k-th; 0: on none
-        self.compress_every = 1
+        self._every = 1
 
     def __repr__(self) -> str:
         return f"CompressedStorage({self.inner!r}, {self.codec!r})"
@@ -143,11 +142,21 @@ class CompressedStorage(WrapperStorage):
     def reset_counters(self) -> None:
         self.inner.reset_counters()  # type: ignore[attr-defined]
 
-    def _encodes_next(self) -> bool:
-        every = self.compress_every
+    @property
+    def compress_every(self) -> int:
+        """1: the codec runs on every state; k: on the first put from now and every k-th after
+        it; 0: on none."""
+        return self._every
+
+    @compress_every.setter
+    def compress_every(self, every: int) -> None:
         with self._lock:
-            self._puts += 1
-            return every > 0 and self._puts % every == 0
+            self._every, self._puts = every, 0
+
+    def _encodes_next(self) -> bool:
+        with self._lock:
+            every, self._puts = self._every, self._puts + 1
+            return every > 0 and (self._puts - 1) % every == 0
 
     def put(self, key: int, buf: np.ndarray) -> None:
         start = time.perf_counter()
