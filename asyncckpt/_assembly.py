@@ -51,7 +51,7 @@ def assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: boo
     asked."""
     nbytes = memory.nbytes
     # open_level2 put the codec in front of all Level-2
-    compressor = (storage if options.codec is not None and not in_level1 else None)
+    compressor = storage if options.codec is not None and not in_level1 else None
     assert compressor is None or isinstance(compressor, CompressedStorage)
     planner = Planner(memory, storage, adaptive=options.adaptive, l1_slots=slots,
                       in_level1=in_level1)
@@ -62,14 +62,14 @@ def assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: boo
     transfer_costs: tuple[float, float] | None = None
     tier_costs: list[tuple[float, float]] | None = None
     if not in_level1 and (owns_storage or options.tuned):
+        every = None if compressor is None else compressor.compress_every
         if compressor is not None:  # Level-2's own costs: the codec is priced on its own
             compressor.compress_every = 0
         try:
             transfer_costs, tier_costs = measure_level2(storage, nbytes, link)
         finally:
-            if compressor is not None:
-                compressor.compress_every = AutoPlanner.SAMPLE_EVERY if options.compress_auto \
-                    else 1
+            if compressor is not None and every is not None:
+                compressor.compress_every = every
         if (tier_costs is not None or compressor is not None) and transfers == "auto":
             transfers = "background"
     if transfers == "auto":

@@ -85,6 +85,9 @@ class AutoPlanner:
         self.ranks = ranks
         self.compressor = compressor
         self.compress_auto = compress_auto and compressor is not None
+        if self.compress_auto:
+            assert compressor is not None
+            compressor.compress_every = self.SAMPLE_EVERY  # until a run's plan compresses
         if on_host and tuner.fault_s is None:
             tuner.fault_s = measure_fault(planner.memory.nbytes)
 
