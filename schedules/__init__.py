@@ -1,6 +1,7 @@
 """Checkpointing schedules as plain data: algorithms, a validator and a performance model.
 
-Imports no array library and nothing of :mod:`asyncckpt`.
+Imports no array library and nothing of :mod:`asyncckpt` (H-Revolve's tables import numpy and
+numba when one is first built).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .actions import (
     Store,
     Tier,
 )
+from .hrevolve import HRevolve, Level
 from .multistage import AsyncMultistage, Chen, two_level_forward_steps
 from .online import Decisions, EveryInterval, OnlineMultistage, Replay
 from .revolve import Revolve, optimal_forward_steps
@@ -55,8 +57,10 @@ __all__ = [
     "EndForward",
     "EndReverse",
     "Free",
+    "HRevolve",
     "InvalidTypeError",
     "InvalidValueError",
+    "Level",
     "Load",
     "OnlineMultistage",
     "Prefetch",
