@@ -351,7 +351,11 @@ def test_compat_takes_pyrevolves_compression_params(params: dict, lossless: bool
         if lossless is None:
             assert storage.compression is None
         else:
-            assert storage.compression.ratio > 2  # the probe of random bytes included
+            counters = storage.compression
+            # the states the codec shrank (random probes and states it cannot shrink are kept
+            # as they are, and how many there are depends on the plan "auto" picked)
+            assert counters.encoded and \
+                counters.encoded_raw_bytes > 2 * counters.encoded_stored_bytes
             assert storage.codec.lossless is lossless
     if lossless is not False:
         assert same_bits(got, reference)

@@ -1,27 +1,5 @@
-"""pyrevolve drop-in: change ``from pyrevolve import Revolver`` to
-``from asyncckpt.compat import Revolver`` and keep your operators and checkpoint objects.
-
-``Revolver(checkpoint, fwd_operator, rev_operator, n_checkpoints, n_timesteps)`` takes pyrevolve
-2.2.8's arguments, positionally, and runs asynchronous multistage checkpointing with
-``n_checkpoints`` as the Level-1 budget. Level-2 and the interval come from keyword options, else
-from the environment, else from their defaults:
-
-============================  =========================  =======================================
-keyword                       environment variable       default
-============================  =========================  =======================================
-``storage``                   ``ASYNCCKPT_STORAGE``      host DRAM (``dram``); else a directory
-``interval``                  ``ASYNCCKPT_INTERVAL``     ``auto`` (chosen by the model)
-``taping``                    ``ASYNCCKPT_TAPING``       ``1`` (pyrevolve's protocol); ``0``:
-                                                         the taping-free reverse
-``memory_budget``             ``ASYNCCKPT_MEMORY_BUDGET``  with ``n_checkpoints=None``: a quarter
-                                                         of the available memory
-``compression_params``        ``ASYNCCKPT_COMPRESSION``  none; pyrevolve's dicts, or asyncckpt's
-                                                         ``compression=`` spelled as text
-                                                         (``lz4``, ``zfp:tolerance=1e-6``)
-============================  =========================  =======================================
-
-Other keywords go to :class:`asyncckpt.AsyncCheckpointer`. pyrevolve itself is never imported.
-"""
+"""The asynchronous ``Revolver``: pyrevolve's arguments, asyncckpt's engine (see the package
+docstring for its keywords and environment variables)."""
 from __future__ import annotations
 
 import abc
@@ -35,19 +13,21 @@ import psutil
 
 from schedules import OnlineMultistage, simulate
 
-from ._budget import engine_buffers
-from ._buffers import padded
-from ._mpi import world_if_running
-from ._options import environment, parse_bytes, parse_flag, parse_interval
-from ._pool import POOL
-from .checkpoint import Checkpoint, as_dtype, check_descriptor
-from .checkpointer import AsyncCheckpointer
-from .compression import CustomCodec, parse_compression
-from .errors import InvalidValueError, MemoryBudgetError
-from .stats import Stats
-from .storage import Storage
+from .._budget import engine_buffers
+from .._buffers import padded
+from .._mpi import world_if_running
+from .._options import environment, parse_bytes, parse_flag, parse_interval
+from .._pool import POOL
+from ..checkpoint import Checkpoint, as_dtype, check_descriptor
+from ..checkpointer import AsyncCheckpointer
+from ..compression import CustomCodec, parse_compression
+from ..errors import InvalidValueError, MemoryBudgetError
+from ..stats import Stats
+from ..storage import Storage
+from .compression import CompressedObject
+from .profiling import Profiler
 
-__all__ = ["Revolver", "Operator", "Checkpoint", "CompressedObject", "choose_l1_slots",
+__all__ = ["Revolver", "Operator", "Checkpoint", "choose_l1_slots",
            "compression_from_pyrevolve", "default_budget", "taping_from_environment"]
 
 #: Share of the available memory that ``n_checkpoints=None`` takes as its memory budget.
@@ -148,6 +128,9 @@ class Revolver:
         ``tolerance``, ``rate``, ``precision``; custom with ``compressor`` and
         ``decompressor``). Default ``$ASYNCCKPT_COMPRESSION`` (see
         :func:`compression_from_pyrevolve`), else none.
+    timings, profiler : optional
+        pyrevolve's: ``profiler`` (a :class:`~asyncckpt.compat.profiling.Profiler`, made if
+        None) times each sweep; ``timings`` is kept. ``stats`` has the run's own split.
     **options
         Passed to :class:`~asyncckpt.AsyncCheckpointer`. Without ``comm``, a process that
         has already imported and initialised mpi4py with more than one rank (Devito under
@@ -165,7 +148,7 @@ class Revolver:
                  storage: Storage | str | os.PathLike[str] | None = None,
                  interval: int | str | None = None, taping: bool | None = None,
                  compression_params: dict[str, Any] | None = None,
-                 **options: Any) -> None:
+                 timings: Any = None, profiler: Any = None, **options: Any) -> None:
         nbytes = check_descriptor(checkpoint)
         if "compression" not in options:
             text = environment("ASYNCCKPT_COMPRESSION")
@@ -191,7 +174,8 @@ class Revolver:
         self.checkpoint = checkpoint
         self.fwd_operator = fwd_operator
         self.rev_operator = rev_operator
-        self.n_timesteps = n_timesteps
+        self.n_timesteps, self.timings = n_timesteps, timings
+        self.profiler = Profiler() if profiler is None else profiler
         self._counted: tuple[object, int, int] | None = None
         self.checkpointer = AsyncCheckpointer(
             checkpoint, fwd_operator, rev_operator, n_timesteps, l1_slots=n_checkpoints,
@@ -202,11 +186,13 @@ class Revolver:
         """The forward sweep, u_0 to u_n; a second call starts a new run. ``stop``: with
         ``n_timesteps=None``, where the sweep ends (see
         :meth:`AsyncCheckpointer.apply_forward`)."""
-        self.checkpointer.apply_forward(stop)
+        with self.profiler.get_timer("forward", "apply_forward"):
+            self.checkpointer.apply_forward(stop)
 
     def apply_reverse(self) -> None:
         """The reverse sweep: the adjoint of steps n-1 down to 0."""
-        self.checkpointer.apply_reverse()
+        with self.profiler.get_timer("reverse", "apply_reverse"):
+            self.checkpointer.apply_reverse()
 
     @property
     def stats(self) -> Stats:
@@ -246,18 +232,6 @@ class Revolver:
     def __repr__(self) -> str:
         return (f"Revolver(n_checkpoints={self.n_checkpoints}, n_timesteps={self.n_timesteps}, "
                 f"{self.checkpointer!r})")
-
-
-class CompressedObject:
-    """pyrevolve's: what a custom compressor returns (``data``, bytes-like, and the array's
-    ``shape`` and ``dtype``) and what its decompressor is given back."""
-
-    def __init__(self, data: Any, shape: Any = None, dtype: Any = None,
-                 metadata: dict[str, Any] | None = None) -> None:
-        if metadata is not None:
-            shape, dtype = metadata["shape"], metadata["dtype"]
-        self.data, self.shape, self.dtype = data, shape, dtype
-        self.metadata = {"shape": shape, "dtype": dtype}
 
 
 class _PyrevolveCustom(CustomCodec):
