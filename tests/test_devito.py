@@ -141,3 +141,34 @@ def test_viscoacoustic_gradient_needs_the_taping_step(other_solver, monkeypatch)
     monkeypatch.setenv("ASYNCCKPT_TAPING", "0")
     monkeypatch.setattr(wavesolver, "Revolver", FewSlots)
     assert not np.array_equal(gradient(True), full_history)
+
+
+UNEDITED = """
+import numpy as np
+import devito
+from devito import configuration
+from examples.seismic.acoustic import acoustic_setup
+
+configuration["log-level"] = "ERROR"
+solver = acoustic_setup(shape=(41, 41), spacing=(10.0, 10.0), tn=400.0, space_order=4, nbl=10)
+rec, u, _ = solver.forward(save=True)
+checkpointed, _ = solver.jacobian_adjoint(rec, u, checkpointing=True)
+full_history, _ = solver.jacobian_adjoint(rec, u, checkpointing=False)
+assert np.abs(full_history.data).max() > 0
+print(devito.Revolver.__module__, np.array_equal(checkpointed.data, full_history.data))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_devito_runs_on_asyncckpt_through_the_switch_unedited(tmp_path) -> None:
+    """``python -m asyncckpt.compat program.py``: Devito imports pyrevolve and gets compat's
+    Revolver, with no edit to Devito or to the program."""
+    import subprocess
+    import sys
+
+    program = tmp_path / "gradient.py"
+    program.write_text(UNEDITED)
+    done = subprocess.run([sys.executable, "-m", "asyncckpt.compat", str(program)],
+                          capture_output=True, text=True, timeout=540)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["asyncckpt.compat._revolver", "True"]
