@@ -64,14 +64,14 @@ class Operation(NamedTuple):
 
 
 def _compiled() -> Any:
-    """The table builder, compiled on first use (numba is a dependency of asyncckpt; schedules
-    imports it only here)."""
+    """The table builder, compiled on first use and cached on disk (numba is a dependency of
+    asyncckpt; schedules imports it only here)."""
     global _fill
     if _fill is None:
         import numba
         import numpy as np
 
-        @numba.njit(cache=False, nogil=True)
+        @numba.njit(cache=True, nogil=True)
         def fill(length, slots, writes, reads, uf, ub, opt, optp, pick, pickp):  # type: ignore
             # opt[k, l, m]: x_0 live and stored nowhere; optp: x_0 also stored at level k.
             # m free slots at level k (x_0's own included in optp), every slot of the levels
