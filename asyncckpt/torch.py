@@ -1,0 +1,336 @@
+"""PyTorch: a scan whose backward runs asyncckpt, for sequences longer than memory.
+
+``checkpoint_scan(step, carry, xs)`` has ``jax.lax.scan``'s meaning, ``step(carry, x_t) ->
+(carry_next, y_t)``, and returns the final carry and the stacked outputs, differentiable with
+respect to the initial carry, ``xs`` and the parameters ``step`` closes over. The forward sweep
+runs without building a graph and checkpoints carries (every I-th to Level-2 on the I/O
+threads, Revolve inside each interval, within ``memory_budget``); the backward re-runs each step
+from its restored carry under ``enable_grad`` and back-propagates through that step alone, in
+reverse order, so memory is that of one step's graph plus the checkpoints, whatever n.
+
+Imports torch; the rest of asyncckpt never imports this module.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from .checkpointer import AsyncCheckpointer
+from .errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["checkpoint_scan", "closed_over_parameters"]
+
+_UNSET = object()
+
+
+def _leaves(tree: Any, what: str) -> tuple[list[torch.Tensor], Any]:
+    leaves, spec = pytree.tree_flatten(tree)
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            raise InvalidTypeError(f"{what} leaf {i} is a {type(leaf).__name__}, expected a "
+                                   "torch.Tensor (a tensor or a tuple, list or dict of them)")
+    return leaves, spec
+
+
+def closed_over_parameters(step: Callable[..., Any]) -> list[torch.Tensor]:
+    """The tensors that require grad which ``step`` reaches: an ``nn.Module``'s parameters and
+    tensors, as ``step`` itself, its ``__self__``, a ``functools.partial``'s function and
+    arguments, its closure's cells or the globals its code names (two levels deep: a function
+    it calls is searched too). Anything reached otherwise: pass ``params=``."""
+    found: dict[int, torch.Tensor] = {}
+
+    def visit(obj: Any, depth: int = 0) -> None:
+        if isinstance(obj, torch.nn.Module):
+            for parameter in obj.parameters():
+                if parameter.requires_grad:
+                    found.setdefault(id(parameter), parameter)
+        elif isinstance(obj, torch.Tensor):
+            if obj.requires_grad:
+                found.setdefault(id(obj), obj)
+        elif isinstance(obj, (list, tuple)) and depth < 2:
+            for item in obj:
+                visit(item, depth + 1)
+        elif isinstance(obj, functools.partial):
+            visit(obj.func, depth)
+            for item in (*obj.args, *obj.keywords.values()):
+                visit(item, depth + 1)
+        elif callable(obj) and depth < 2:
+            visit(getattr(obj, "__self__", None), depth + 1)
+            for cell in getattr(obj, "__closure__", None) or ():
+                try:
+                    visit(cell.cell_contents, depth + 1)
+                except ValueError:  # an empty cell
+                    pass
+            code, names = getattr(obj, "__code__", None), getattr(obj, "__globals__", {})
+            for name in code.co_names if code is not None else ():
+                if name in names:
+                    visit(names[name], depth + 1)
+
+    visit(step)
+    return list(found.values())
+
+
+class _Live:
+    """The carry asyncckpt checkpoints: tensors this module owns, seen by the checkpointer as
+    numpy views (host memory) or as the tensors themselves (a CUDA device), as bytes where the
+    leaves' dtypes differ."""
+
+    def __init__(self, leaves: Sequence[torch.Tensor]) -> None:
+        self.tensors = [leaf.detach().clone().contiguous() for leaf in leaves]
+        dtypes = {t.dtype for t in self.tensors}
+        self.as_bytes = len(dtypes) > 1
+        views = [t.reshape(-1).view(torch.uint8) if self.as_bytes else t.reshape(-1)
+                 for t in self.tensors]
+        on_device = any(t.device.type != "cpu" for t in self.tensors)
+        self.arrays: list[Any] = views if on_device else [v.numpy() for v in views]
+        self.dtype = torch.uint8 if self.as_bytes else self.tensors[0].dtype
+        self.size = sum(v.numel() for v in views)
+
+
+class _Scan:
+    """One scan's state between its forward sweep and its backward: the step, the live carry,
+    the inputs and outputs, and the checkpointer that holds the carries."""
+
+    def __init__(self, step: Callable[..., Any], carry_spec: Any, carry: Sequence[torch.Tensor],
+                 xs_spec: Any, xs: Sequence[torch.Tensor], n: int,
+                 params: Sequence[torch.Tensor], options: dict[str, Any]) -> None:
+        self.step, self.carry_spec, self.xs_spec, self.n = step, carry_spec, xs_spec, n
+        self.xs, self.params = list(xs), list(params)
+        self.live = _Live(carry)
+        self.shapes = [(t.shape, t.dtype, t.device) for t in self.live.tensors]
+        self.ys: list[torch.Tensor] | None = None
+        self.y_spec: Any = _UNSET
+        self.recording = True
+        self.adjoint: list[torch.Tensor | None] = []
+        self.grad_ys: list[torch.Tensor | None] = []
+        self.grad_xs: list[torch.Tensor | None] = []
+        self.grad_params: list[torch.Tensor | None] = []
+        self.carry_needs_grad: list[bool] = []
+        if "memory_budget" not in options and "l1_slots" not in options:
+            from .compat import default_budget
+            itemsize = torch.empty((), dtype=self.live.dtype).element_size()
+            options["memory_budget"] = default_budget(self.live.size * itemsize)
+        self.checkpointer = AsyncCheckpointer(
+            _Descriptor(self.live), _Forward(self), _Reverse(self), n, taping=False, **options)
+
+    def x(self, t: int, grad: bool = False) -> Any:
+        leaves = [x[t].detach().requires_grad_(grad and x.requires_grad) for x in self.xs]
+        return pytree.tree_unflatten(leaves, self.xs_spec) if self.xs_spec is not None else None
+
+    def call(self, t: int, carry: Any, x: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """``step(carry, x)``, its carry checked against the one it was given."""
+        result = self.step(carry, x)
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise InvalidTypeError(f"step {t} returned a {type(result).__name__}, expected a "
+                                   "pair (carry_next, y)")
+        new, y = result
+        new_leaves, new_spec = _leaves(new, f"the carry step {t} returned:")
+        if new_spec != self.carry_spec:
+            raise InvalidValueError(f"step {t} returned a carry of structure {new_spec}, it was "
+                                    f"given {self.carry_spec}")
+        for i, (leaf, (shape, dtype, device)) in enumerate(zip(new_leaves, self.shapes)):
+            if leaf.shape != shape or leaf.dtype != dtype or leaf.device != device:
+                raise InvalidValueError(
+                    f"step {t} returned carry leaf {i} of shape {tuple(leaf.shape)}, "
+                    f"{leaf.dtype} on {leaf.device}; it was given {tuple(shape)}, {dtype} "
+                    f"on {device}")
+        y_leaves, y_spec = _leaves(y, f"the output step {t} returned:") if y is not None \
+            else ([], None)
+        if self.y_spec is _UNSET:
+            self.y_spec = y_spec
+        elif y_spec != self.y_spec:
+            raise InvalidValueError(f"step {t} returned an output of structure {y_spec}, step 0 "
+                                    f"returned {self.y_spec}")
+        return new_leaves, y_leaves
+
+    def advance(self, start: int, end: int) -> None:
+        live = self.live.tensors
+        for t in range(start, end):
+            with torch.no_grad():
+                new, y = self.call(t, pytree.tree_unflatten(list(live), self.carry_spec),
+                                   self.x(t))
+                if self.recording:
+                    if self.ys is None:
+                        self.ys = [torch.empty((self.n, *leaf.shape), dtype=leaf.dtype,
+                                               device=leaf.device) for leaf in y]
+                    for out, leaf in zip(self.ys, y):
+                        out[t].copy_(leaf)
+                for target, leaf in zip(live, new):
+                    target.copy_(leaf)
+
+    def reverse(self, t: int) -> None:
+        """Step t again under enable_grad from u_t (live), and its adjoint into the carry's,
+        ``xs[t]``'s and the parameters'."""
+        with torch.enable_grad():
+            # every floating leaf: carries after u_0 depend on xs and the parameters
+            inputs = [leaf.detach().requires_grad_(leaf.is_floating_point())
+                      for leaf in self.live.tensors]
+            x = self.x(t, grad=True)
+            new, y = self.call(t, pytree.tree_unflatten(inputs, self.carry_spec), x)
+            outputs, seeds = [], []
+            for leaf, seed in zip([*new, *y], [*self.adjoint,
+                                               *(g[t] if g is not None else None
+                                                 for g in self.grad_ys)]):
+                if seed is not None and leaf.requires_grad:
+                    outputs.append(leaf)
+                    seeds.append(seed)
+            x_leaves = pytree.tree_leaves(x) if x is not None else []
+            wrt = [*inputs, *x_leaves, *self.params]
+            wanted = [leaf for leaf in wrt if leaf.requires_grad]
+            grads = iter(torch.autograd.grad(outputs, wanted, seeds, allow_unused=True)
+                         if outputs and wanted else [None] * len(wanted))
+            got = [next(grads) if leaf.requires_grad else None for leaf in wrt]
+        nc, nx = len(inputs), len(x_leaves)
+        self.adjoint = got[:nc]
+        for j, grad in enumerate(got[nc:nc + nx]):
+            if grad is not None:
+                target = self.grad_xs[j]
+                assert target is not None
+                target[t] = grad
+        for k, grad in enumerate(got[nc + nx:]):
+            if grad is not None:  # summed from step n - 1 down, as autograd sums them
+                total = self.grad_params[k]
+                self.grad_params[k] = grad if total is None else total + grad
+
+
+class _Descriptor:
+    """The checkpoint descriptor asyncckpt reads: the live carry's arrays."""
+
+    def __init__(self, live: _Live) -> None:
+        self.live, self.size, self.dtype = live, live.size, live.dtype
+
+    def get_data(self, timestep: int) -> list[Any]:
+        return self.live.arrays
+
+    def get_data_location(self, timestep: int) -> list[Any]:
+        return self.live.arrays
+
+
+class _Forward:
+    def __init__(self, scan: _Scan) -> None:
+        self.scan = scan
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        self.scan.advance(t_start, t_end)
+
+
+class _Reverse:
+    def __init__(self, scan: _Scan) -> None:
+        self.scan = scan
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        self.scan.reverse(t_start)
+
+
+class _ScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, scan: _Scan, *inputs: torch.Tensor) -> Any:  # type: ignore[override]
+        try:
+            scan.checkpointer.apply_forward()
+        except BaseException:
+            scan.checkpointer.close()
+            raise
+        scan.recording = False
+        ctx.scan = scan
+        nc = len(scan.live.tensors)
+        scan.carry_needs_grad = [leaf.requires_grad and leaf.is_floating_point()
+                                 for leaf in inputs[:nc]]
+        outputs = [t.clone() for t in scan.live.tensors] + list(scan.ys or [])
+        ctx.mark_non_differentiable(*(t for t in outputs if not t.is_floating_point()))
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
+        scan: _Scan | None = getattr(ctx, "scan", None)
+        if scan is None:
+            raise RuntimeError("Trying to backward through checkpoint_scan a second time: its "
+                               "checkpoints were freed after the first backward (call "
+                               "checkpoint_scan again for another backward pass)")
+        ctx.scan = None
+        nc = len(scan.live.tensors)
+        try:
+            scan.adjoint = [g if g is not None else torch.zeros_like(t)
+                            for g, t in zip(grads[:nc], scan.live.tensors)]
+            scan.grad_ys = list(grads[nc:])
+            scan.grad_xs = [torch.zeros_like(x) if x.requires_grad else None for x in scan.xs]
+            scan.grad_params = [None] * len(scan.params)
+            scan.checkpointer.apply_reverse()
+        finally:
+            scan.checkpointer.close()
+        carry_grads = [g if needs else None
+                       for g, needs in zip(scan.adjoint, scan.carry_needs_grad)]
+        return (None, *carry_grads, *scan.grad_xs, *scan.grad_params)
+
+
+def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any = None, *,
+                    n_steps: int | None = None, params: Sequence[torch.Tensor] | None = None,
+                    memory_budget: int | str | None = None, storage: Any = None,
+                    interval: int | str = "auto", **options: Any) -> tuple[Any, Any]:
+    """Scan ``step`` over ``xs`` (or ``n_steps`` times), reversed by asyncckpt in bounded memory.
+
+    Parameters
+    ----------
+    step : callable
+        ``step(carry, x_t) -> (carry_next, y_t)``; ``carry_next`` of the same structure, shapes,
+        dtypes and devices as ``carry``; ``y_t`` a tensor, a pytree of them, or None. It must
+        compute the same values when run again (deterministic kernels) and leave its inputs
+        unmodified.
+    carry : tensor or pytree of tensors
+        The initial carry.
+    xs : tensor or pytree of tensors, optional
+        Scanned along their first dimension (all of length n); None with ``n_steps``.
+    n_steps : int, optional
+        n, where ``xs`` is None (``x_t`` is then None).
+    params : sequence of tensors, optional
+        The tensors to differentiate beside ``carry`` and ``xs``; default: those ``step``
+        closes over (see :func:`closed_over_parameters`).
+    memory_budget, storage, interval, **options
+        As :class:`~asyncckpt.AsyncCheckpointer`'s (default budget: a quarter of the available
+        memory; Level-2 beyond it in the temporary directory). The taping-free protocol is used:
+        each reverse step re-runs its own step.
+
+    Returns
+    -------
+    (final carry, stacked outputs)
+        The outputs with a leading dimension n (None where ``step`` returns None).
+
+    Raises
+    ------
+    InvalidTypeError, InvalidValueError
+        A leaf that is not a tensor, ``xs`` of different lengths, a step whose carry changes
+        structure, shape, dtype or device (naming the step).
+    """
+    carry_leaves, carry_spec = _leaves(carry, "carry")
+    if not carry_leaves:
+        raise InvalidValueError("carry must hold at least one tensor")
+    xs_leaves, xs_spec = _leaves(xs, "xs") if xs is not None else ([], None)
+    lengths = {int(x.shape[0]) if x.dim() else -1 for x in xs_leaves}
+    if -1 in lengths or len(lengths) > 1:
+        raise InvalidValueError(f"xs leaves must share their first dimension (the steps), got "
+                                f"shapes {[tuple(x.shape) for x in xs_leaves]}")
+    n = lengths.pop() if lengths else n_steps
+    if n_steps is not None and n != n_steps:
+        raise InvalidValueError(f"n_steps={n_steps} but xs hold {n} steps")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InvalidValueError(f"checkpoint_scan needs n >= 1 steps: xs with a first "
+                                f"dimension, or n_steps; got {n!r}")
+    if params is None:
+        params = closed_over_parameters(step)
+    for k, p in enumerate(params):
+        if not isinstance(p, torch.Tensor):
+            raise InvalidTypeError(f"params[{k}] is a {type(p).__name__}, expected a tensor")
+    if memory_budget is not None:
+        options["memory_budget"] = memory_budget
+    scan = _Scan(step, carry_spec, carry_leaves, xs_spec, xs_leaves, n, params,
+                 {"storage": storage, "interval": interval, **options})
+    outputs = _ScanFunction.apply(scan, *carry_leaves, *xs_leaves, *params)
+    nc = len(carry_leaves)
+    final = pytree.tree_unflatten(list(outputs[:nc]), carry_spec)
+    ys = pytree.tree_unflatten(list(outputs[nc:]), scan.y_spec) \
+        if scan.y_spec not in (None, _UNSET) else None
+    return final, ys
+

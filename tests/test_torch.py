@@ -1,0 +1,184 @@
+"""asyncckpt.torch.checkpoint_scan: gradients bit for bit those of plain autograd through the
+same steps, with carries through Level-2 and Revolve, and clear errors for bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from asyncckpt.storage import HostMemoryStorage  # noqa: E402
+from asyncckpt.torch import checkpoint_scan, closed_over_parameters  # noqa: E402
+
+
+class CountingStorage(HostMemoryStorage):
+    """DRAM Level-2 that counts the states written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.puts = 0
+
+    def put(self, key: int, buf: np.ndarray) -> None:
+        self.puts += 1
+        super().put(key, buf)
+
+
+def scan_plain(step, carry, xs, n):
+    """The reference: the same steps under plain autograd, every graph kept."""
+    ys = []
+    for t in range(n):
+        carry, y = step(carry, None if xs is None else xs[t])
+        ys.append(y)
+    return carry, (torch.stack(ys) if ys[0] is not None else None)
+
+
+def gradients(loss_of, tensors):
+    for t in tensors:
+        t.grad = None
+    loss = loss_of()
+    loss.backward()
+    return loss.detach(), [t.grad.clone() for t in tensors]
+
+
+def assert_bitwise(ours, reference) -> None:
+    for a, b in zip(ours, reference):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.numpy().tobytes() == b.numpy().tobytes()
+
+
+@pytest.mark.parametrize("n", [1, 7, 150])
+def test_lstm_language_model_gradients_are_autograds_bit_for_bit(n):
+    torch.manual_seed(0)
+    batch, hidden, vocab = 3, 16, 20
+    cell, embed = torch.nn.LSTMCell(hidden, hidden), torch.nn.Embedding(vocab, hidden)
+    head = torch.nn.Linear(hidden, vocab)
+    tokens = torch.randint(0, vocab, (n, batch))
+    params = [*cell.parameters(), *embed.parameters(), *head.parameters()]
+    storage = CountingStorage()
+
+    def step(carry, x):
+        h, c = cell(x, carry)
+        return (h, c), h
+
+    def loss_of(scan):
+        def run():
+            carry = (torch.zeros(batch, hidden), torch.zeros(batch, hidden))
+            if scan:  # room for 4 carries: the rest go through Level-2 and Revolve
+                _, hs = checkpoint_scan(step, carry, embed(tokens), l1_slots=2,
+                                        interval=min(3, n), storage=storage)
+            else:
+                _, hs = scan_plain(step, carry, embed(tokens), n)
+            logits = head(hs).reshape(-1, vocab)
+            return torch.nn.functional.cross_entropy(logits, tokens.roll(-1, 0).reshape(-1))
+        return run
+
+    loss, reference = gradients(loss_of(False), params)
+    scanned_loss, ours = gradients(loss_of(True), params)
+    assert torch.equal(loss, scanned_loss)
+    assert_bitwise(ours, reference)
+    if n > 3:  # (with one step from h = 0, the recurrent weights get no gradient)
+        assert all(g.abs().max() > 0 for g in ours)
+        assert storage.puts > 0
+
+
+def test_initial_carry_xs_and_a_module_step_get_their_gradients():
+    torch.manual_seed(1)
+    n, width = 40, 8
+
+    class Cell(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(width, width) / width)
+            self.u = torch.nn.Parameter(torch.randn(width, width) / width)
+
+        def forward(self, h, x):
+            h = torch.tanh(h @ self.w + x @ self.u)
+            return h, h.sum(dim=-1)
+
+    cell = Cell()
+    h0 = torch.randn(2, width, requires_grad=True)
+    xs = torch.randn(n, 2, width, requires_grad=True)
+    tensors = [h0, xs, cell.w, cell.u]
+
+    def loss_of(scan):
+        def run():
+            h, ys = (checkpoint_scan(cell, h0, xs, l1_slots=3, interval=5) if scan
+                     else scan_plain(cell, h0, xs, n))
+            return (h ** 2).sum() + (ys * torch.linspace(0, 1, n)[:, None]).sum()
+        return run
+
+    _, reference = gradients(loss_of(False), tensors)
+    _, ours = gradients(loss_of(True), tensors)
+    assert_bitwise(ours, reference)
+    assert closed_over_parameters(cell) == [cell.w, cell.u]
+
+
+def test_a_dict_carry_of_mixed_dtypes_and_no_xs():
+    w = torch.tensor(0.9, requires_grad=True)
+
+    def step(carry, x):
+        assert x is None
+        return {"v": carry["v"] * w + 1.0, "t": carry["t"] + 1}, None
+
+    carry = {"v": torch.ones(5), "t": torch.zeros((), dtype=torch.int64)}
+    final, ys = checkpoint_scan(step, carry, n_steps=30, l1_slots=2, interval=4)
+    assert ys is None and int(final["t"]) == 30
+    final["v"].sum().backward()
+    ours = w.grad.clone()
+    w.grad = None
+    reference, _ = scan_plain(step, carry, None, 30)
+    reference["v"].sum().backward()
+    assert ours.numpy().tobytes() == w.grad.numpy().tobytes()
+
+
+def step_tanh(h, x):
+    return torch.tanh(h + x), h
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: checkpoint_scan(step_tanh, [torch.zeros(2), 3.0], torch.zeros(4, 2)),
+     TypeError, "carry leaf 1 is a float"),
+    (lambda: checkpoint_scan(step_tanh, torch.zeros(2), (torch.zeros(4, 2), torch.zeros(5, 2))),
+     ValueError, "share their first dimension"),
+    (lambda: checkpoint_scan(step_tanh, torch.zeros(2)), ValueError, "n >= 1 steps"),
+    (lambda: checkpoint_scan(step_tanh, torch.zeros(2), torch.zeros(4, 2), n_steps=5),
+     ValueError, "n_steps=5 but xs hold 4"),
+    (lambda: checkpoint_scan(lambda h, x: torch.cat([h, x]), torch.zeros(2), torch.zeros(4, 2)),
+     TypeError, "step 0 returned a Tensor, expected a pair"),
+    (lambda: checkpoint_scan(lambda h, x: (torch.cat([h, x]) if h.numel() < 4 else h, h),
+                             torch.zeros(2), torch.zeros(4, 2)),
+     ValueError, r"step 0 returned carry leaf 0 of shape \(4,\)"),
+    (lambda: checkpoint_scan(lambda h, x: ((h, h), h), torch.zeros(2), torch.zeros(4, 2)),
+     ValueError, "step 0 returned a carry of structure"),
+    (lambda: checkpoint_scan(lambda h, x: (h.double(), h), torch.zeros(2), torch.zeros(4, 2)),
+     ValueError, "torch.float64"),
+])
+def test_bad_input_is_named(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_backward_twice_is_autograds_error_not_a_hang():
+    w = torch.tensor(0.5, requires_grad=True)
+    h, _ = checkpoint_scan(lambda h, x: (h * w + x, None), torch.ones(3), torch.ones(20, 3),
+                           l1_slots=2, interval=4)
+    loss = h.sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+
+
+def test_a_step_failing_in_the_reverse_sweep_reaches_the_caller():
+    w = torch.tensor(0.5, requires_grad=True)
+    calls = []
+
+    def step(h, x):
+        calls.append(torch.is_grad_enabled())
+        if torch.is_grad_enabled() and len(calls) > 30:
+            raise FloatingPointError("step blew up")
+        return h * w + x, None
+
+    h, _ = checkpoint_scan(step, torch.ones(3), torch.ones(20, 3), l1_slots=2, interval=4)
+    with pytest.raises(FloatingPointError, match="blew up"):
+        h.sum().backward()
+    # the autouse leak check of conftest.py: no asyncckpt thread is left
