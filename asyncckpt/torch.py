@@ -100,6 +100,7 @@ class _Scan:
                  params: Sequence[torch.Tensor], options: dict[str, Any]) -> None:
         self.step, self.carry_spec, self.xs_spec, self.n = step, carry_spec, xs_spec, n
         self.xs, self.params = list(xs), list(params)
+        self.xs_data = [x.detach() for x in self.xs]  # indexed per step without a graph
         self.live = _Live(carry)
         self.shapes = [(t.shape, t.dtype, t.device) for t in self.live.tensors]
         self.ys: list[torch.Tensor] | None = None
@@ -118,7 +119,8 @@ class _Scan:
             _Descriptor(self.live), _Forward(self), _Reverse(self), n, taping=False, **options)
 
     def x(self, t: int, grad: bool = False) -> Any:
-        leaves = [x[t].detach().requires_grad_(grad and x.requires_grad) for x in self.xs]
+        leaves = [data[t].requires_grad_() if grad and x.requires_grad else data[t]
+                  for x, data in zip(self.xs, self.xs_data)]
         return pytree.tree_unflatten(leaves, self.xs_spec) if self.xs_spec is not None else None
 
     def call(self, t: int, carry: Any, x: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -194,7 +196,10 @@ class _Scan:
         for k, grad in enumerate(got[nc + nx:]):
             if grad is not None:  # summed from step n - 1 down, as autograd sums them
                 total = self.grad_params[k]
-                self.grad_params[k] = grad if total is None else total + grad
+                if total is None:
+                    self.grad_params[k] = grad.clone()
+                else:
+                    total.add_(grad)
 
 
 class _Descriptor:

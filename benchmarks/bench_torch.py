@@ -1,0 +1,168 @@
+"""PyTorch: ``asyncckpt.torch.checkpoint_scan`` against plain autograd and
+``torch.utils.checkpoint`` per step on an LSTM language model, one JSON line per n.
+
+The model: an embedding, an ``nn.LSTMCell`` and a linear head; each step returns its
+cross-entropy, so the outputs are n scalars and memory is the method's own. Per n:
+
+- **time** (n <= ``--plain-max``), interleaved in one process, medians of ``--repeats``: plain
+  autograd (every step's graph kept), the forward sweep alone without a graph, and
+  ``checkpoint_scan``; its floor is plain autograd plus one more forward sweep (each reverse step
+  re-runs its step to build its graph, as ``torch.utils.checkpoint`` does); ``torch.utils.
+  checkpoint`` per step beside them.
+- **memory**, each method in its own process: peak RSS during the gradient (Linux's VmHWM,
+  reset just before it) and its growth over the RSS just before it. ``checkpoint_scan`` holds carries within ``--budget`` bytes
+  (Level-1 and DRAM Level-2), the rest in the temporary directory.
+
+Gradients of ``checkpoint_scan`` are compared bit for bit with plain autograd's where it runs.
+
+Usage: python benchmarks/bench_torch.py [--n 1000 10000 100000] [--plain-max 10000]
+       [--repeats 3] [--budget 1MiB] [--batch 4] [--hidden 32]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+VOCAB = 50
+BATCH, HIDDEN = 4, 32  # set from --batch and --hidden
+
+
+def _configure(batch: int, hidden: int) -> None:
+    global BATCH, HIDDEN
+    BATCH, HIDDEN = batch, hidden
+
+
+def _model(n: int) -> tuple[Any, ...]:
+    import torch
+
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(HIDDEN, HIDDEN)
+    embed, head = torch.nn.Embedding(VOCAB, HIDDEN), torch.nn.Linear(HIDDEN, VOCAB)
+    tokens = torch.randint(0, VOCAB, (n + 1, BATCH))
+    params = [*cell.parameters(), *embed.parameters(), *head.parameters()]
+
+    def step(carry: Any, x: Any) -> Any:
+        tokens_t, targets_t = x
+        h, c = cell(embed(tokens_t), carry)
+        return (h, c), torch.nn.functional.cross_entropy(head(h), targets_t)
+
+    return step, (tokens[:-1], tokens[1:]), params
+
+
+def _run(method: str, n: int, budget: str) -> tuple[float, list[Any]]:
+    """One gradient; its seconds and the parameters' gradients."""
+    import torch
+    import torch.utils.checkpoint as torch_checkpoint
+
+    from asyncckpt.torch import checkpoint_scan
+
+    step, xs, params = _model(n)
+    for p in params:
+        p.grad = None
+    carry = (torch.zeros(BATCH, HIDDEN), torch.zeros(BATCH, HIDDEN))
+    start = time.perf_counter()
+    if method == "forward-no-grad":
+        with torch.no_grad():
+            for t in range(n):
+                carry, _ = step(carry, (xs[0][t], xs[1][t]))
+        return time.perf_counter() - start, []
+    if method == "checkpoint_scan":
+        _, losses = checkpoint_scan(step, carry, xs, memory_budget=budget)
+        losses.sum().backward()
+    else:
+        losses = []
+        for t in range(n):
+            x = (xs[0][t], xs[1][t])
+            if method == "torch-checkpoint":
+                carry, loss = torch_checkpoint.checkpoint(step, carry, x, use_reentrant=False)
+            else:
+                carry, loss = step(carry, x)
+            losses.append(loss)
+        torch.stack(losses).sum().backward()
+    return time.perf_counter() - start, [p.grad.clone() for p in params]
+
+
+def _peak_rss() -> int:
+    """The process's peak RSS in bytes since it was last reset (Linux's VmHWM)."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def _memory(method: str, n: int, budget: str) -> dict[str, float]:
+    """Peak RSS of one gradient, in this process (run it in a fresh one)."""
+    import psutil
+
+    _run(method, 10, budget)  # imports, thread pools, first allocations
+    before = psutil.Process().memory_info().rss
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset the peak to the current RSS
+    seconds, _ = _run(method, n, budget)
+    peak = _peak_rss()
+    return {"peak_rss_mib": round(peak / 2**20, 1),
+            "growth_mib": round(max(0, peak - before) / 2**20, 1), "seconds": round(seconds, 3)}
+
+
+def _times(n: int, repeats: int, budget: str, plain: bool) -> dict[str, Any]:
+    methods = ["checkpoint_scan"] + (["plain", "forward-no-grad", "torch-checkpoint"]
+                                     if plain else [])
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    equal = True
+    for _ in range(repeats):
+        grads: dict[str, list[Any]] = {}
+        for method in methods:
+            seconds, grads[method] = _run(method, n, budget)
+            times[method].append(seconds)
+        if plain:
+            equal &= all(a.numpy().tobytes() == b.numpy().tobytes()
+                         for a, b in zip(grads["checkpoint_scan"], grads["plain"]))
+    median = {m: statistics.median(v) for m, v in times.items()}
+    out: dict[str, Any] = {"seconds": {m: round(v, 3) for m, v in median.items()}}
+    if plain:
+        floor = median["plain"] + median["forward-no-grad"]
+        out.update(floor_s=round(floor, 3),
+                   scan_over_floor=round(median["checkpoint_scan"] / floor, 3),
+                   scan_over_plain=round(median["checkpoint_scan"] / median["plain"], 3),
+                   torch_checkpoint_over_scan=round(
+                       median["torch-checkpoint"] / median["checkpoint_scan"], 3),
+                   bitwise_equal_to_plain=equal)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000, 100000])
+    parser.add_argument("--plain-max", type=int, default=10000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--budget", default="1MiB")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=32)
+    parser.add_argument("--memory-of", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    _configure(args.batch, args.hidden)
+    if args.memory_of:
+        print(json.dumps(_memory(args.memory_of[0], int(args.memory_of[1]), args.budget)))
+        return
+    for n in args.n:
+        plain = n <= args.plain_max
+        row: dict[str, Any] = {"bench": "torch", "n": n, "batch": BATCH, "hidden": HIDDEN,
+                               "carry_bytes": 2 * BATCH * HIDDEN * 4, "budget": args.budget}
+        if plain:  # beyond --plain-max, memory only
+            row.update(_times(n, args.repeats, args.budget, plain))
+        row["memory"] = {}
+        for method in ["checkpoint_scan"] + (["plain", "torch-checkpoint"] if plain else []):
+            done = subprocess.run([sys.executable, __file__, "--budget", args.budget,
+                                   "--batch", str(BATCH), "--hidden", str(HIDDEN),
+                                   "--memory-of", method, str(n)],
+                                  capture_output=True, text=True, check=True)
+            row["memory"][method] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
