@@ -26,10 +26,11 @@ from .online import Decisions, EveryInterval, OnlineMultistage, Replay
 from .revolve import Revolve, optimal_forward_steps
 from .validate import SimulationResult, simulate
 
-_BY_NAME = {"Revolve": Revolve, "AsyncMultistage": AsyncMultistage, "Chen": Chen}
+_BY_NAME = {"Revolve": Revolve, "AsyncMultistage": AsyncMultistage, "Chen": Chen,
+            "HRevolve": HRevolve}
 
 
-def from_config(config: Mapping[str, object]) -> Revolve | AsyncMultistage | Chen:
+def from_config(config: Mapping[str, object]) -> Revolve | AsyncMultistage | Chen | HRevolve:
     """Rebuild a schedule from its ``get_config()`` dict (as saved with an experiment's JSON).
 
     Raises
@@ -44,6 +45,9 @@ def from_config(config: Mapping[str, object]) -> Revolve | AsyncMultistage | Che
         raise InvalidValueError(f"config name {name!r} is not a schedule; expected one of "
                          f"{', '.join(sorted(_BY_NAME))}")
     arguments = {k: v for k, v in config.items() if k != "name"}
+    if name == "HRevolve" and isinstance(arguments.get("levels"), list):
+        arguments["levels"] = [Level(**level) if isinstance(level, Mapping) else level
+                               for level in arguments["levels"]]
     return _BY_NAME[name](**arguments)  # type: ignore[arg-type]
 
 __all__ = [

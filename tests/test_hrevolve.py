@@ -95,3 +95,12 @@ def test_makespan_equals_pyrevolves_table_where_costs_rise_by_level(l, c0, c1, w
     _, opt = hrevolve.get_hopt_table(l, base.Architecture(storages), uf, ub)
     ours = HRevolve(l, levels, forward_cost=uf, reverse_cost=ub, taping=False)
     assert ours.makespan == pytest.approx(opt[1][l][c1])
+
+
+def test_config_round_trip():
+    from schedules import from_config
+
+    schedule = HRevolve(17, [Level(2, 0.5, 0.5), Level(5, 3.0, 2.0)], reverse_cost=2.0,
+                        taping=False)
+    again = from_config(schedule.get_config())
+    assert list(again) == list(schedule) and again.makespan == schedule.makespan
