@@ -263,8 +263,13 @@ class AutoPlanner:
         stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
                                  predicted_faults_s=plan.faults_s, compressed=plan.compressed)
         stats.l1_slots, stats.l1_bytes = planner.l1_slots, planner.l1_bytes
+        # every input is agreed, so one plan is expected; where not, the error says from what
         self.ranks.same("the plan (l1_slots, interval; 0: Level-1 alone)",
-                        (planner.l1_slots, interval))
+                        (planner.l1_slots, interval),
+                        context=lambda: {
+                            "costs": tuner.costs(), "n": tuner.n_steps, "runs": tuner.runs,
+                            "inline": tuner.inline, "warm_buffers": tuner.warm_buffers,
+                            "plans": [(p.slots, p.interval, p.warm_s) for p in plans]})
         if interval == 0:
             planner.level1_only()  # Revolve in the Level-1 slots alone: no Level-2 at all
         else:

@@ -10,6 +10,7 @@ hands in a communicator.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .errors import InvalidTypeError, RankFailedError
@@ -49,7 +50,7 @@ class SoloRanks:
     def any(self, flag: bool) -> bool:
         return bool(flag)
 
-    def same(self, what: str, value: Any) -> None:
+    def same(self, what: str, value: Any, context: Callable[[], Any] | None = None) -> None:
         """One process holds one value."""
 
     def storage_spec(self, storage: Any) -> Any:
@@ -117,11 +118,15 @@ class RankGroup:
     def any(self, flag: bool) -> bool:
         return any(self.exchange(bool(flag)))
 
-    def same(self, what: str, value: Any) -> None:
-        """Check that every rank holds the same ``value`` (a plan must be one plan)."""
-        values = self.exchange(value)
+    def same(self, what: str, value: Any, context: Callable[[], Any] | None = None) -> None:
+        """Check that every rank holds the same ``value`` (a plan must be one plan); where they
+        differ, the error gives what each rank's ``context()`` returned (what the value was
+        made from)."""
+        pairs = self.exchange((value, None if context is None else context()))
+        values = [v for v, _ in pairs]
         if any(v != values[0] for v in values):
-            raise RankFailedError(f"the ranks disagree on {what}: {values[:8]}")
+            detail = "" if context is None else f"; made from {[c for _, c in pairs][:8]}"
+            raise RankFailedError(f"the ranks disagree on {what}: {values[:8]}{detail}")
 
     def storage_spec(self, storage: Any) -> Any:
         """``storage`` with a private directory of this rank under every path (``rank00003``)."""
