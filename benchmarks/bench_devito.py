@@ -31,7 +31,10 @@ and prefetch buffers and DRAM Level-2 together), with Level-2 beyond it in files
 line gives each side over the floor (the forward sweep in one call plus the reverse calls).
 
 Compression (``--compression 'lz4;zstd'``): each asyncckpt protocol also runs with those codecs
-(``ASYNCCKPT_COMPRESSION``); its runs give the compression ratio and the codec's seconds.
+(``ASYNCCKPT_COMPRESSION``); its runs give the compression ratio and the codec's seconds, and
+``codec_errors`` each codec's largest error against the reference gradient over its runs
+(relative L2, and the largest absolute difference over the reference's largest magnitude): 0
+for a lossless one, the price of a lossy one (``'zfp:tolerance=1e-6'``).
 
 Time against n (``--nt 772,1544,3088``, several values, with ``--memory`` in BYTES: a fixed
 budget): one line per nt, then a plot of seconds per step against nt for pyrevolve, asyncckpt and
@@ -258,6 +261,7 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
     methods += [f"{protocol}+{codec}" for protocol in protocols for codec in codecs]
     times: dict[str, list[float]] = {m: [] for m in methods}
     equal = {m: True for m in methods}
+    errors: dict[str, dict[str, float]] = {}  # a codec's largest error against the reference
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in methods if "asyncckpt" in m}
     plans: dict[str, Any] = {}
     reference = None
@@ -269,6 +273,13 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
             if reference is None:  # the full history, else pyrevolve
                 reference = grad
             equal[method] &= bool(np.array_equal(grad, reference))
+            if "+" in method:  # with a codec: how far a lossy one moved the gradient
+                worst = errors.setdefault(method, {"relative_l2": 0.0, "max_abs_over_max": 0.0})
+                scale = float(np.abs(reference).max()) or 1.0
+                worst["relative_l2"] = max(worst["relative_l2"], float(
+                    np.linalg.norm(grad - reference) / (np.linalg.norm(reference) or 1.0)))
+                worst["max_abs_over_max"] = max(worst["max_abs_over_max"],
+                                                float(np.abs(grad - reference).max()) / scale)
             if method in runs:
                 stats, plans[method] = last.pop("stats"), last.pop("plan")
                 calibration = stats.calibration
@@ -300,6 +311,8 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
         "runs_s": {m: [round(t, 2) for t in v] for m, v in times.items()},
         "bitwise_equal_to": "full-history" if with_history else peer,
         "bitwise_equal": equal,
+        "codec_errors": {m: {k: float(f"{v:.3g}") for k, v in e.items()}
+                         for m, e in errors.items()},
         "quiet_s": {k: float(f"{v:.4g}") for k, v in quiet.items()},
     }
     if memory is not None:

@@ -265,5 +265,5 @@ def test_from_config_names_the_accepted_schedules() -> None:
     from schedules import from_config
 
     with pytest.raises(ValueError, match="'Griewank' is not a schedule; expected one of "
-                                         "AsyncMultistage, Chen, Revolve"):
+                                         "AsyncMultistage, Chen, HRevolve, Revolve"):
         from_config({"name": "Griewank", "n_steps": 3})
