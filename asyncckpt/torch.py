@@ -333,6 +333,8 @@ def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs:
     scan = _Scan(step, carry_spec, carry_leaves, xs_spec, xs_leaves, n, params,
                  {"storage": storage, "interval": interval, **options})
     outputs = _ScanFunction.apply(scan, *carry_leaves, *xs_leaves, *params)
+    if not any(out.requires_grad for out in outputs):
+        scan.checkpointer.close()  # no backward will come (no_grad, or nothing to differentiate)
     nc = len(carry_leaves)
     final = pytree.tree_unflatten(list(outputs[:nc]), carry_spec)
     ys = pytree.tree_unflatten(list(outputs[nc:]), scan.y_spec) \

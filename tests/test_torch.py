@@ -182,3 +182,33 @@ def test_a_step_failing_in_the_reverse_sweep_reaches_the_caller():
     with pytest.raises(FloatingPointError, match="blew up"):
         h.sum().backward()
     # the autouse leak check of conftest.py: no asyncckpt thread is left
+
+
+def test_without_gradients_it_is_a_plain_scan_and_lets_go_at_once():
+    w = torch.tensor(0.5, requires_grad=True)
+    step = (lambda h, x: (h * w + x, h.sum()))
+    reference, ys_reference = scan_plain(step, torch.ones(3), torch.ones(12, 3), 12)
+    with torch.no_grad():
+        h, ys = checkpoint_scan(step, torch.ones(3), torch.ones(12, 3), l1_slots=2, interval=4,
+                                storage=None)
+    assert torch.equal(h, reference.detach()) and torch.equal(ys, ys_reference.detach())
+    assert not h.requires_grad
+    # the autouse leak check of conftest.py: the checkpointer closed without a backward
+
+
+def test_carries_through_a_disk_level2(tmp_path):
+    w = torch.tensor(0.7, requires_grad=True)
+
+    def step(h, x):
+        return torch.sin(h * w + x), None
+
+    xs = torch.linspace(0, 1, 50)[:, None].repeat(1, 64)
+    h, _ = checkpoint_scan(step, torch.zeros(64), xs, l1_slots=2, interval=5,
+                           storage=str(tmp_path))
+    h.sum().backward()
+    ours = w.grad.clone()
+    w.grad = None
+    reference, _ = scan_plain(step, torch.zeros(64), xs, 50)
+    reference.sum().backward()
+    assert ours.numpy().tobytes() == w.grad.numpy().tobytes()
+    assert list(tmp_path.iterdir()) == []  # the Level-2 files went with the checkpointer
