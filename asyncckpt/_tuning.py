@@ -517,10 +517,15 @@ AGREED_LARGEST = ("tf", "tb", "tcall", "tw", "tr", "tc", "fault_s", "tf_busy", "
 
 def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     """Give ``tuner`` the largest of every rank's costs (:data:`AGREED_LARGEST`, each tier's
-    and the codec's too) and the fewest warm buffers (``group``: the ranks, :mod:`asyncckpt._mpi`)."""
+    and the codec's too), the fewest warm buffers and the first tier any rank holds in process
+    memory (``group``: the ranks, :mod:`asyncckpt._mpi`)."""
     mine = {name: getattr(tuner, name) for name in (*AGREED_LARGEST, "warm_buffers",
-                                                    "tier_costs", "codec")}
+                                                    "tier_costs", "codec", "in_memory")}
     every = group.exchange(mine)
+    # Level-2 in process memory on any rank prices its states' faults on all: a rank whose
+    # Level-2 is a directory and one whose is DRAM would otherwise price plans differently
+    held = [costs["in_memory"] for costs in every if costs["in_memory"] is not None]
+    tuner.in_memory = min(held) if held else None
     for name in AGREED_LARGEST:
         known = [costs[name] for costs in every if costs[name] is not None]
         setattr(tuner, name, max(known) if known else None)

@@ -290,3 +290,33 @@ def test_a_compressed_run_teaches_the_codecs_costs_and_the_uncompressed_transfer
     blend = PRIOR_TRANSFERS + 2
     assert tuner.codec.compress_s == pytest.approx((PRIOR_TRANSFERS * 2e-3 + 16e-3) / blend)
     assert tuner.codec.stored == pytest.approx((PRIOR_TRANSFERS * 0.25 + 2 * 1.0) / blend)
+
+
+class _TwoRanks:
+    """The ranks of agree_costs, one in this process: the other rank's values are given."""
+
+    def __init__(self, other: dict) -> None:
+        self.other = other
+
+    def exchange(self, mine: dict) -> list[dict]:
+        return [mine, {**mine, **self.other}]
+
+
+def test_ranks_agree_on_which_tier_holds_memory() -> None:
+    from asyncckpt._tuning import agree_costs
+
+    # rank 0 writes Level-2 to a directory, rank 1 to DRAM: with faults priced, each priced
+    # its plans differently and the two could choose different plans (a fresh clone's MPI
+    # test once failed so)
+    def tuner(in_memory):
+        return IntervalTuner(n_steps=400, l1_slots=3, staging_buffers=2, inline=False,
+                             taping=True, tw=1e-4, tr=1e-4, tc=1e-5, tf=1e-4,
+                             fault_s=5e-3, warm_buffers=0, in_memory=in_memory)
+
+    on_disk, in_dram = tuner(None), tuner(0)
+    before = (on_disk.price(3, 4, None), in_dram.price(3, 4, None))
+    assert before[0] != before[1]
+    agree_costs(on_disk, _TwoRanks({"in_memory": 0}))
+    agree_costs(in_dram, _TwoRanks({"in_memory": None}))
+    assert on_disk.in_memory == in_dram.in_memory == 0
+    assert on_disk.price(3, 4, None) == in_dram.price(3, 4, None)
