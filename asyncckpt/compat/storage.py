@@ -11,6 +11,7 @@ ignores the full stack).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidValueError
+from .compression import CompressedObject
 
 __all__ = ["Storage", "NumpyStorage", "DiskStorage", "BytesStorage"]
 
@@ -115,7 +117,7 @@ class Storage:
 
 
 def _timer(profiler: Any, action: str) -> Any:
-    import contextlib
+    """The profiler's timer of a storage ``action``, or nothing to time without a profiler."""
     return profiler.get_timer("storage", action) if profiler is not None \
         else contextlib.nullcontext()
 
@@ -235,7 +237,6 @@ class BytesStorage(Storage):
         self._records: dict[int, list[tuple[int, int, dict[str, Any]]]] = {}
 
     def save(self, key: int, data_pointers: Sequence[np.ndarray]) -> None:
-        from .compression import CompressedObject
         start = self._check_key(key) * self.slot_bytes
         end, records = start + self.slot_bytes, []
         with self._timer("compress"):
@@ -255,7 +256,6 @@ class BytesStorage(Storage):
         self._shapes[key] = [np.shape(array) for array in data_pointers]
 
     def load(self, key: int, locations: Sequence[np.ndarray]) -> None:
-        from .compression import CompressedObject
         self._saved_shapes(key)
         records = self._records[key]
         if len(records) != len(locations):
