@@ -118,6 +118,30 @@ class _Scan:
         self.checkpointer = AsyncCheckpointer(
             _Descriptor(self.live), _Forward(self), _Reverse(self), n, taping=False, **options)
 
+    name = "checkpoint_scan"
+
+    def forward_outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """After the forward sweep: the final carry and the stacked outputs."""
+        self.recording = False
+        nc = len(self.live.tensors)
+        self.carry_needs_grad = [leaf.requires_grad and leaf.is_floating_point()
+                                 for leaf in inputs[:nc]]
+        return tuple([t.clone() for t in self.live.tensors] + list(self.ys or []))
+
+    def backward(self, grads: Sequence[torch.Tensor | None]) -> tuple[Any, ...]:
+        """The reverse sweep from the outputs' gradients: those of the initial carry, ``xs``
+        and the parameters."""
+        nc = len(self.live.tensors)
+        self.adjoint = [g if g is not None else torch.zeros_like(t)
+                        for g, t in zip(grads[:nc], self.live.tensors)]
+        self.grad_ys = list(grads[nc:])
+        self.grad_xs = [torch.zeros_like(x) if x.requires_grad else None for x in self.xs]
+        self.grad_params = [None] * len(self.params)
+        self.checkpointer.apply_reverse()
+        carry_grads = [g if needs else None
+                       for g, needs in zip(self.adjoint, self.carry_needs_grad)]
+        return (*carry_grads, *self.grad_xs, *self.grad_params)
+
     def x(self, t: int, grad: bool = False) -> Any:
         leaves = [data[t].requires_grad_() if grad and x.requires_grad else data[t]
                   for x, data in zip(self.xs, self.xs_data)]
@@ -231,44 +255,34 @@ class _Reverse:
         self.scan.reverse(t_start)
 
 
-class _ScanFunction(torch.autograd.Function):
+class _Checkpointed(torch.autograd.Function):
+    """A forward sweep checkpointed by asyncckpt, and its reverse sweep as the backward: ``run``
+    (a :class:`_Scan` or :class:`_Sequential`) does both."""
+
     @staticmethod
-    def forward(ctx: Any, scan: _Scan, *inputs: torch.Tensor) -> Any:  # type: ignore[override]
+    def forward(ctx: Any, run: Any, *inputs: torch.Tensor) -> Any:  # type: ignore[override]
         try:
-            scan.checkpointer.apply_forward()
+            run.checkpointer.apply_forward()
+            outputs = run.forward_outputs(inputs)
         except BaseException:
-            scan.checkpointer.close()
+            run.checkpointer.close()
             raise
-        scan.recording = False
-        ctx.scan = scan
-        nc = len(scan.live.tensors)
-        scan.carry_needs_grad = [leaf.requires_grad and leaf.is_floating_point()
-                                 for leaf in inputs[:nc]]
-        outputs = [t.clone() for t in scan.live.tensors] + list(scan.ys or [])
+        ctx.run, ctx.name = run, run.name
         ctx.mark_non_differentiable(*(t for t in outputs if not t.is_floating_point()))
-        return tuple(outputs)
+        return outputs
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
-        scan: _Scan | None = getattr(ctx, "scan", None)
-        if scan is None:
-            raise RuntimeError("Trying to backward through checkpoint_scan a second time: its "
-                               "checkpoints were freed after the first backward (call "
-                               "checkpoint_scan again for another backward pass)")
-        ctx.scan = None
-        nc = len(scan.live.tensors)
+        run = getattr(ctx, "run", None)
+        if run is None:
+            raise RuntimeError(f"Trying to backward through {ctx.name} a second time: its "
+                               "checkpoints were freed after the first backward (call it again "
+                               "for another backward pass)")
+        ctx.run = None
         try:
-            scan.adjoint = [g if g is not None else torch.zeros_like(t)
-                            for g, t in zip(grads[:nc], scan.live.tensors)]
-            scan.grad_ys = list(grads[nc:])
-            scan.grad_xs = [torch.zeros_like(x) if x.requires_grad else None for x in scan.xs]
-            scan.grad_params = [None] * len(scan.params)
-            scan.checkpointer.apply_reverse()
+            return (None, *run.backward(grads))
         finally:
-            scan.checkpointer.close()
-        carry_grads = [g if needs else None
-                       for g, needs in zip(scan.adjoint, scan.carry_needs_grad)]
-        return (None, *carry_grads, *scan.grad_xs, *scan.grad_params)
+            run.checkpointer.close()
 
 
 def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any = None, *,
@@ -332,7 +346,7 @@ def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs:
         options["memory_budget"] = memory_budget
     scan = _Scan(step, carry_spec, carry_leaves, xs_spec, xs_leaves, n, params,
                  {"storage": storage, "interval": interval, **options})
-    outputs = _ScanFunction.apply(scan, *carry_leaves, *xs_leaves, *params)
+    outputs = _Checkpointed.apply(scan, *carry_leaves, *xs_leaves, *params)
     if not any(out.requires_grad for out in outputs):
         scan.checkpointer.close()  # no backward will come (no_grad, or nothing to differentiate)
     nc = len(carry_leaves)
