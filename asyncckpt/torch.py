@@ -22,7 +22,8 @@ from torch.utils import _pytree as pytree
 from .checkpointer import AsyncCheckpointer
 from .errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["checkpoint_scan", "closed_over_parameters"]
+__all__ = ["checkpoint_scan", "checkpoint_sequential", "closed_over_parameters",
+           "activation_shapes"]
 
 _UNSET = object()
 
@@ -283,6 +284,171 @@ class _Checkpointed(torch.autograd.Function):
             return (None, *run.backward(grads))
         finally:
             run.checkpointer.close()
+
+
+def _layer_parameters(layer: Any) -> list[torch.Tensor]:
+    """The tensors requiring grad that ``layer`` (a module or a callable) reaches."""
+    return closed_over_parameters(layer)
+
+
+def activation_shapes(layers: Sequence[Any], input: torch.Tensor) -> list[tuple[Any, Any]]:
+    """(shape, dtype) of the input of each layer and of the last one's output, from a pass on
+    torch's meta device (no data, no compute); a layer that cannot run there is run for real,
+    without a graph, from that layer on."""
+    from torch.func import functional_call
+
+    shapes = [(input.shape, input.dtype)]
+    x = input.to("meta")
+    real: torch.Tensor | None = None
+    for i, layer in enumerate(layers):
+        if real is None:
+            try:
+                if isinstance(layer, torch.nn.Module):
+                    state = {name: t.to("meta") for name, t in
+                             [*layer.named_parameters(), *layer.named_buffers()]}
+                    x = functional_call(layer, state, (x,))
+                else:
+                    x = layer(x)
+            except (NotImplementedError, RuntimeError):
+                real = input
+                with torch.no_grad():
+                    for earlier in layers[:i]:
+                        real = earlier(real)
+        if real is not None:
+            with torch.no_grad():
+                real = layer(real)
+            x = real
+        if not isinstance(x, torch.Tensor):
+            raise InvalidTypeError(f"layer {i} returned a {type(x).__name__}, expected a tensor")
+        shapes.append((x.shape, x.dtype))
+    return shapes
+
+
+class _Sequential:
+    """A stack of layers as a run of asyncckpt: u_t is layer t's input, stored as bytes in one
+    buffer the size of the largest activation (states of different sizes)."""
+
+    name = "checkpoint_sequential"
+
+    def __init__(self, layers: Sequence[Any], input: torch.Tensor, options: dict[str, Any]) -> None:
+        self.layers = list(layers)
+        self.shapes = activation_shapes(self.layers, input)
+        sizes = [torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+                 for shape, dtype in self.shapes]
+        self.sizes = sizes
+        self.buffer = torch.empty(max(sizes), dtype=torch.uint8, device=input.device)
+        self.view(0).copy_(input)
+        self.arrays = self.buffer if input.device.type != "cpu" else self.buffer.numpy()
+        self.params = [_layer_parameters(layer) for layer in self.layers]
+        self.flat_params = list({id(p): p for ps in self.params for p in ps}.values())
+        self.index = {id(p): k for k, p in enumerate(self.flat_params)}
+        self.adjoint: torch.Tensor | None = None
+        self.grad_params: list[torch.Tensor | None] = []
+        self.size, self.dtype = max(sizes), torch.uint8
+        if "memory_budget" not in options and "l1_slots" not in options:
+            from .compat import default_budget
+            options["memory_budget"] = default_budget(self.size)
+        self.checkpointer = AsyncCheckpointer(self, _Forward(self), _Reverse(self),
+                                              len(self.layers), taping=False, **options)
+
+    def view(self, t: int) -> torch.Tensor:
+        """The live activation u_t: the buffer's first bytes, as layer t's input."""
+        shape, dtype = self.shapes[t]
+        return self.buffer[:self.sizes[t]].view(dtype).view(shape)
+
+    # the checkpoint descriptor asyncckpt reads: u_0 at the descriptor's size, as it checks
+    def get_data(self, timestep: int) -> list[Any]:
+        return [self.arrays if timestep == 0 else self.arrays[:self.sizes[timestep]]]
+
+    def get_data_location(self, timestep: int) -> list[Any]:
+        return self.get_data(timestep)
+
+    def output(self, t: int) -> torch.Tensor:
+        """Layer t on the live u_t, checked against the shape its first pass gave."""
+        output = self.layers[t](self.view(t))
+        shape, dtype = self.shapes[t + 1]
+        if not isinstance(output, torch.Tensor) or output.shape != shape \
+                or output.dtype != dtype:
+            raise InvalidValueError(
+                f"layer {t} returned {getattr(output, 'shape', type(output).__name__)}, "
+                f"{getattr(output, 'dtype', '')}; its first pass returned {tuple(shape)}, {dtype}")
+        return output
+
+    def advance(self, start: int, end: int) -> None:
+        for t in range(start, end):
+            with torch.no_grad():
+                output = self.output(t)
+                if output.untyped_storage().data_ptr() == \
+                        self.buffer.untyped_storage().data_ptr():
+                    output = output.clone()  # a view of its input (a reshape, say)
+                self.view(t + 1).copy_(output)
+
+    def reverse(self, t: int) -> None:
+        floating = self.shapes[t][1].is_floating_point
+        with torch.enable_grad():
+            inputs = self.view(t).detach().requires_grad_(floating)
+            output = self.layers[t](inputs)
+            wanted = ([inputs] if floating else []) + self.params[t]
+            got = torch.autograd.grad(output, wanted, self.adjoint, allow_unused=True) \
+                if output.requires_grad and wanted else [None] * len(wanted)
+        self.adjoint = got[0] if floating else None
+        for parameter, grad in zip(self.params[t], got[1:] if floating else got):
+            if grad is not None:  # summed from the last layer down, as autograd sums them
+                k = self.index[id(parameter)]
+                total = self.grad_params[k]
+                if total is None:
+                    self.grad_params[k] = grad.clone()
+                else:
+                    total.add_(grad)
+
+    def forward_outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        self.input_needs_grad = inputs[0].requires_grad
+        return (self.view(len(self.layers)).clone(),)
+
+    def backward(self, grads: Sequence[torch.Tensor | None]) -> tuple[Any, ...]:
+        (grad,) = grads
+        self.adjoint = grad if grad is not None else torch.zeros_like(self.view(len(self.layers)))
+        self.grad_params = [None] * len(self.flat_params)
+        self.checkpointer.apply_reverse()
+        return (self.adjoint if self.input_needs_grad else None, *self.grad_params)
+
+
+def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input: torch.Tensor,
+                          *, memory_budget: int | str | None = None, storage: Any = None,
+                          interval: int | str = "auto", **options: Any) -> torch.Tensor:
+    """``functions`` applied in turn to ``input``, back-propagated by asyncckpt in bounded memory.
+
+    Each layer is a step; the activations between layers may differ in shape and size (each is
+    stored at its own size in a budget sized for the largest). The shapes come first from a
+    pass on torch's meta device. Layers must be deterministic and keep no state across calls
+    (dropout, batch norm in training mode: as with ``torch.utils.checkpoint``).
+
+    Parameters
+    ----------
+    functions : nn.Sequential or sequence of modules or callables
+        Each takes the previous one's output tensor and returns one tensor.
+    input : tensor
+    memory_budget, storage, interval, **options
+        As :func:`checkpoint_scan`'s.
+
+    Returns
+    -------
+    tensor
+        The last layer's output, differentiable with respect to ``input`` and every layer's
+        parameters.
+    """
+    layers = list(functions)  # (a Sequential's children() would drop a repeated module)
+    if not layers:
+        raise InvalidValueError("checkpoint_sequential needs at least one layer")
+    if not isinstance(input, torch.Tensor):
+        raise InvalidTypeError(f"input must be a tensor, got a {type(input).__name__}")
+    if memory_budget is not None:
+        options["memory_budget"] = memory_budget
+    run = _Sequential(layers, input, {"storage": storage, "interval": interval, **options})
+    (output,) = _Checkpointed.apply(run, input, *run.flat_params)
+    if not output.requires_grad:
+        run.checkpointer.close()
+    return output
 
 
 def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any = None, *,

@@ -212,3 +212,65 @@ def test_carries_through_a_disk_level2(tmp_path):
     reference.sum().backward()
     assert ours.numpy().tobytes() == w.grad.numpy().tobytes()
     assert list(tmp_path.iterdir()) == []  # the Level-2 files went with the checkpointer
+
+
+# -- checkpoint_sequential: layers whose activations differ in size
+
+
+def sequential_gradients(run, tensors):
+    for t in tensors:
+        t.grad = None
+    run().square().sum().backward()
+    return [t.grad.clone() for t in tensors]
+
+
+@pytest.mark.parametrize("slots, interval", [(2, 3), (1, 1), (3, "auto")])
+def test_sequential_layers_of_different_widths_get_autograds_gradients(slots, interval):
+    from asyncckpt.torch import checkpoint_sequential
+
+    torch.manual_seed(2)
+    shared = torch.nn.Linear(64, 64)  # used twice: its gradient sums two layers' parts
+    net = torch.nn.Sequential(
+        torch.nn.Conv1d(1, 4, 5), torch.nn.Tanh(), torch.nn.Flatten(),  # a view of its input
+        torch.nn.Linear(4 * 60, 64), shared, torch.nn.ReLU(), shared, torch.nn.Linear(64, 8))
+    x = torch.randn(6, 1, 64, requires_grad=True)
+    tensors = [x, *net.parameters()]
+    reference = sequential_gradients(lambda: net(x), tensors)
+    ours = sequential_gradients(
+        lambda: checkpoint_sequential(net, x, l1_slots=slots, interval=interval), tensors)
+    assert_bitwise(ours, reference)
+
+
+def test_sequential_of_callables_and_an_input_without_grad():
+    from asyncckpt.torch import checkpoint_sequential
+
+    w = torch.randn(10, 30, requires_grad=True)
+    layers = [lambda h: h @ w, torch.tanh, lambda h: h[:, :7] * 2.0]
+    x = torch.randn(4, 10)
+    out = checkpoint_sequential(layers, x, l1_slots=1, interval=1)
+    out.sum().backward()
+    ours = w.grad.clone()
+    w.grad = None
+    reference = x
+    for layer in layers:
+        reference = layer(reference)
+    reference.sum().backward()
+    assert torch.equal(out.detach(), reference.detach())
+    assert ours.numpy().tobytes() == w.grad.numpy().tobytes()
+
+
+def test_sequential_bad_input_and_backward_twice():
+    from asyncckpt.torch import checkpoint_sequential
+
+    with pytest.raises(ValueError, match="at least one layer"):
+        checkpoint_sequential([], torch.zeros(3))
+    with pytest.raises(TypeError, match="input must be a tensor"):
+        checkpoint_sequential([torch.tanh], [0.0])
+    with pytest.raises(TypeError, match="layer 1 returned a tuple"):
+        checkpoint_sequential([torch.tanh, lambda h: (h, h)], torch.zeros(3))
+    lin = torch.nn.Linear(3, 3)
+    out = checkpoint_sequential([lin, torch.tanh, lin], torch.ones(2, 3), l1_slots=1,
+                                interval=1)
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="checkpoint_sequential a second time"):
+        out.sum().backward()
