@@ -141,7 +141,10 @@ class _Scan:
         self.checkpointer.apply_reverse()
         carry_grads = [g if needs else None
                        for g, needs in zip(self.adjoint, self.carry_needs_grad)]
-        return (*carry_grads, *self.grad_xs, *self.grad_params)
+        grads_out = (*carry_grads, *self.grad_xs, *self.grad_params)
+        # let go of them, so autograd can take them into .grad instead of copying them
+        self.adjoint, self.grad_xs, self.grad_params = [], [], []
+        return grads_out
 
     def x(self, t: int, grad: bool = False) -> Any:
         leaves = [data[t].requires_grad_() if grad and x.requires_grad else data[t]
@@ -410,7 +413,10 @@ class _Sequential:
         self.adjoint = grad if grad is not None else torch.zeros_like(self.view(len(self.layers)))
         self.grad_params = [None] * len(self.flat_params)
         self.checkpointer.apply_reverse()
-        return (self.adjoint if self.input_needs_grad else None, *self.grad_params)
+        grads_out = (self.adjoint if self.input_needs_grad else None, *self.grad_params)
+        # let go of them, so autograd can take them into .grad instead of copying them
+        self.adjoint, self.grad_params = None, []
+        return grads_out
 
 
 def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input: torch.Tensor,

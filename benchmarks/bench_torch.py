@@ -15,8 +15,12 @@ cross-entropy, so the outputs are n scalars and memory is the method's own. Per 
 
 Gradients of ``checkpoint_scan`` are compared bit for bit with plain autograd's where it runs.
 
+With ``--sequential DEPTH``, instead: ``checkpoint_sequential`` on an MLP of 2 x DEPTH layers
+(widths alternating 256 and 1024, ``--batch`` rows) against plain autograd and torch's own
+``checkpoint_sequential`` with sqrt(layers) segments: time and peak RSS growth of each.
+
 Usage: python benchmarks/bench_torch.py [--n 1000 10000 100000] [--plain-max 10000]
-       [--repeats 3] [--budget 1MiB] [--batch 4] [--hidden 32]
+       [--repeats 3] [--budget 1MiB] [--batch 4] [--hidden 32] [--sequential DEPTH]
 """
 from __future__ import annotations
 
@@ -94,15 +98,52 @@ def _peak_rss() -> int:
     return int(line.split()[1]) * 1024
 
 
+def _deep_stack(depth: int) -> tuple[Any, Any]:
+    """An MLP of ``depth`` layers whose widths alternate between 256 and 1024, and its input."""
+    import torch
+
+    torch.manual_seed(0)
+    layers: list[Any] = []
+    for i in range(depth):
+        wide, narrow = (256, 1024) if i % 2 == 0 else (1024, 256)
+        layers += [torch.nn.Linear(wide, narrow), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers), torch.randn(BATCH, 256, requires_grad=True)
+
+
+def _run_sequential(method: str, depth: int, budget: str,
+                    stack: tuple[Any, Any] | None = None) -> tuple[float, list[Any]]:
+    """One gradient of the deep stack (``stack``: built beforehand, outside what is measured);
+    its seconds and the parameters' gradients."""
+    import torch.utils.checkpoint as torch_checkpoint
+
+    from asyncckpt.torch import checkpoint_sequential
+
+    net, x = stack if stack is not None else _deep_stack(depth)
+    start = time.perf_counter()
+    if method == "checkpoint_sequential":
+        out = checkpoint_sequential(net, x, memory_budget=budget)
+    elif method == "torch-checkpoint_sequential":  # sqrt(layers) segments, torch's advice
+        out = torch_checkpoint.checkpoint_sequential(net, max(1, int(len(net) ** 0.5)), x,
+                                                     use_reentrant=False)
+    else:
+        out = net(x)
+    out.square().sum().backward()
+    return time.perf_counter() - start, [p.grad.clone() for p in net.parameters()]
+
+
 def _memory(method: str, n: int, budget: str) -> dict[str, float]:
     """Peak RSS of one gradient, in this process (run it in a fresh one)."""
     import psutil
 
-    _run(method, 10, budget)  # imports, thread pools, first allocations
+    sequential = "sequential" in method or method == "plain-stack"
+    run = _run_sequential if sequential else _run
+    run(method, 10, budget)  # imports, thread pools, first allocations
+    # the stack's parameters are the model's, not the method's: built before measuring
+    stack = {"stack": _deep_stack(n)} if sequential else {}
     before = psutil.Process().memory_info().rss
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # reset the peak to the current RSS
-    seconds, _ = _run(method, n, budget)
+    seconds, _ = run(method, n, budget, **stack)
     peak = _peak_rss()
     return {"peak_rss_mib": round(peak / 2**20, 1),
             "growth_mib": round(max(0, peak - before) / 2**20, 1), "seconds": round(seconds, 3)}
@@ -134,6 +175,32 @@ def _times(n: int, repeats: int, budget: str, plain: bool) -> dict[str, Any]:
     return out
 
 
+def _sequential_row(depth: int, repeats: int, budget: str) -> dict[str, Any]:
+    methods = ["checkpoint_sequential", "plain-stack", "torch-checkpoint_sequential"]
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    equal = True
+    for _ in range(repeats):
+        grads = {}
+        for method in methods:
+            seconds, grads[method] = _run_sequential(method, depth, budget)
+            times[method].append(seconds)
+        equal &= all(a.numpy().tobytes() == b.numpy().tobytes()
+                     for a, b in zip(grads["checkpoint_sequential"], grads["plain-stack"]))
+    median = {m: statistics.median(v) for m, v in times.items()}
+    memory = {}
+    for method in methods:
+        done = subprocess.run([sys.executable, __file__, "--budget", budget,
+                               "--batch", str(BATCH), "--memory-of", method, str(depth)],
+                              capture_output=True, text=True, check=True)
+        memory[method] = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"bench": "torch-sequential", "layers": 2 * depth, "widths": [256, 1024],
+            "batch": BATCH, "budget": budget, "seconds": {m: round(v, 3) for m, v in median.items()},
+            "ours_over_plain": round(median["checkpoint_sequential"] / median["plain-stack"], 3),
+            "torch_over_ours": round(median["torch-checkpoint_sequential"]
+                                     / median["checkpoint_sequential"], 3),
+            "bitwise_equal_to_plain": equal, "memory": memory}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -143,10 +210,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--memory-of", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--sequential", type=int, default=0, metavar="DEPTH",
+                        help="instead: checkpoint_sequential on an MLP of DEPTH layer pairs")
     args = parser.parse_args()
     _configure(args.batch, args.hidden)
     if args.memory_of:
         print(json.dumps(_memory(args.memory_of[0], int(args.memory_of[1]), args.budget)))
+        return
+    if args.sequential:
+        print(json.dumps(_sequential_row(args.sequential, args.repeats, args.budget)), flush=True)
         return
     for n in args.n:
         plain = n <= args.plain_max
