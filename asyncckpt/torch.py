@@ -76,9 +76,9 @@ def closed_over_parameters(step: Callable[..., Any]) -> list[torch.Tensor]:
 
 
 class _Live:
-    """The carry asyncckpt checkpoints: tensors this module owns, seen by the checkpointer as
-    numpy views (host memory) or as the tensors themselves (a CUDA device), as bytes where the
-    leaves' dtypes differ."""
+    """The carry asyncckpt checkpoints, and its checkpoint descriptor: tensors this module owns,
+    seen by the checkpointer as numpy views (host memory) or as the tensors themselves (a CUDA
+    device), as bytes where the leaves' dtypes differ."""
 
     def __init__(self, leaves: Sequence[torch.Tensor]) -> None:
         self.tensors = [leaf.detach().clone().contiguous() for leaf in leaves]
@@ -90,6 +90,12 @@ class _Live:
         self.arrays: list[Any] = views if on_device else [v.numpy() for v in views]
         self.dtype = torch.uint8 if self.as_bytes else self.tensors[0].dtype
         self.size = sum(v.numel() for v in views)
+
+    def get_data(self, timestep: int) -> list[Any]:
+        return self.arrays
+
+    def get_data_location(self, timestep: int) -> list[Any]:
+        return self.arrays
 
 
 class _Scan:
@@ -117,7 +123,7 @@ class _Scan:
             itemsize = torch.empty((), dtype=self.live.dtype).element_size()
             options["memory_budget"] = default_budget(self.live.size * itemsize)
         self.checkpointer = AsyncCheckpointer(
-            _Descriptor(self.live), _Forward(self), _Reverse(self), n, taping=False, **options)
+            self.live, _Forward(self), _Reverse(self), n, taping=False, **options)
 
     name = "checkpoint_scan"
 
@@ -230,19 +236,6 @@ class _Scan:
                     total.add_(grad)
 
 
-class _Descriptor:
-    """The checkpoint descriptor asyncckpt reads: the live carry's arrays."""
-
-    def __init__(self, live: _Live) -> None:
-        self.live, self.size, self.dtype = live, live.size, live.dtype
-
-    def get_data(self, timestep: int) -> list[Any]:
-        return self.live.arrays
-
-    def get_data_location(self, timestep: int) -> list[Any]:
-        return self.live.arrays
-
-
 class _Forward:
     def __init__(self, scan: _Scan) -> None:
         self.scan = scan
@@ -289,11 +282,6 @@ class _Checkpointed(torch.autograd.Function):
             run.checkpointer.close()
 
 
-def _layer_parameters(layer: Any) -> list[torch.Tensor]:
-    """The tensors requiring grad that ``layer`` (a module or a callable) reaches."""
-    return closed_over_parameters(layer)
-
-
 def activation_shapes(layers: Sequence[Any], input: torch.Tensor) -> list[tuple[Any, Any]]:
     """(shape, dtype) of the input of each layer and of the last one's output, from a pass on
     torch's meta device (no data, no compute); a layer that cannot run there is run for real,
@@ -336,18 +324,17 @@ class _Sequential:
     def __init__(self, layers: Sequence[Any], input: torch.Tensor, options: dict[str, Any]) -> None:
         self.layers = list(layers)
         self.shapes = activation_shapes(self.layers, input)
-        sizes = [torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-                 for shape, dtype in self.shapes]
-        self.sizes = sizes
-        self.buffer = torch.empty(max(sizes), dtype=torch.uint8, device=input.device)
+        self.sizes = [torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+                      for shape, dtype in self.shapes]
+        self.size, self.dtype = max(self.sizes), torch.uint8  # the descriptor's: the largest
+        self.buffer = torch.empty(self.size, dtype=torch.uint8, device=input.device)
         self.view(0).copy_(input)
         self.arrays = self.buffer if input.device.type != "cpu" else self.buffer.numpy()
-        self.params = [_layer_parameters(layer) for layer in self.layers]
+        self.params = [closed_over_parameters(layer) for layer in self.layers]
         self.flat_params = list({id(p): p for ps in self.params for p in ps}.values())
         self.index = {id(p): k for k, p in enumerate(self.flat_params)}
         self.adjoint: torch.Tensor | None = None
         self.grad_params: list[torch.Tensor | None] = []
-        self.size, self.dtype = max(sizes), torch.uint8
         if "memory_budget" not in options and "l1_slots" not in options:
             from .compat import default_budget
             options["memory_budget"] = default_budget(self.size)

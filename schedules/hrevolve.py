@@ -46,11 +46,7 @@ class Level:
     def __post_init__(self) -> None:
         check_int("slots", self.slots, 0)
         for name in ("write", "read"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0:
-                raise InvalidValueError(f"a level's {name} cost must be a finite number >= 0, "
-                                        f"got {value!r}")
+            _cost(f"a level's {name} cost", getattr(self, name))
 
 
 class Operation(NamedTuple):

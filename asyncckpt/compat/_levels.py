@@ -15,6 +15,7 @@ from schedules import (Advance, EndForward, EndReverse, Free, HRevolve, Level, L
 
 from ..checkpoint import as_dtype
 from ..errors import InvalidValueError, UsageError
+from ._revolver import choose_l1_slots
 from .compression import init_compression
 from .profiling import Profiler
 from .storage import BytesStorage, DiskStorage, NumpyStorage, Storage
@@ -125,7 +126,6 @@ class _LeveledRevolver:
 
 def _single_slots(n_checkpoints: int | None, checkpoint: Any, n_timesteps: int) -> int:
     if n_checkpoints is None:
-        from ._revolver import choose_l1_slots
         return choose_l1_slots(checkpoint.size * as_dtype(checkpoint.dtype).itemsize, n_timesteps)
     if not isinstance(n_checkpoints, int) or isinstance(n_checkpoints, bool) or n_checkpoints < 1:
         raise InvalidValueError(f"n_checkpoints must be an int >= 1, got {n_checkpoints!r}")
