@@ -7,6 +7,7 @@ joins them to the checkpointer's parts (its planner, Level-1 slots, Level-2 and 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from schedules import AsyncMultistage
@@ -46,6 +47,11 @@ def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers:
     device = " then ".join(describe(tier) for tier in tiers_of(storage))
     return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
             type(rev).__qualname__, nbytes, device, transfers, taping, repr(codec))
+
+
+#: Step and write costs an adaptive run prices its least interval at: each within 25% (log
+#: scale) of a cost priced before takes that cost's interval (a pricing costs milliseconds).
+LEAST_GRAIN = math.log(1.25)
 
 
 class AutoPlanner:
@@ -90,6 +96,8 @@ class AutoPlanner:
             compressor.compress_every = self.SAMPLE_EVERY  # until a run's plan compresses
         if on_host and tuner.fault_s is None:
             tuner.fault_s = measure_fault(planner.memory.nbytes)
+        self._compressed = False  # whether the run's plan compresses its Level-2 states
+        self._least: dict[tuple[int, int | None], int] = {}
 
     @classmethod
     def make(cls, planner: Planner, *, fwd: object, rev: object, transfers: str,
@@ -259,6 +267,8 @@ class AutoPlanner:
         if self.compress_auto:
             assert self.compressor is not None
             self.compressor.compress_every = 1 if plan.compressed else self.SAMPLE_EVERY
+        self._compressed = plan.compressed
+        self._least.clear()
         stats.calibration = tuner.record(plan.choice)
         stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
                                  predicted_faults_s=plan.faults_s, compressed=plan.compressed)
@@ -283,6 +293,20 @@ class AutoPlanner:
                 stats.calibration.update(predicted_total_s=adaptive.total_s,
                                          adaptive_interval=adaptive_interval(costs, interval))
         planner.predicted_s = stats.calibration["predicted_total_s"]
+
+    def least_interval(self, tf: float, tw: float | None) -> int:
+        """The interval the model finds fastest for the run's slots were its steps to cost
+        ``tf`` seconds each and its writes ``tw`` (what an adaptive run measures as it goes);
+        kept per quarter of a step's and a write's cost, so a run prices a few."""
+        key = (round(math.log(tf) / LEAST_GRAIN), None if tw is None or tw <= 0
+               else round(math.log(tw) / LEAST_GRAIN))
+        least = self._least.get(key)
+        if least is None:
+            planner = self.planner
+            least = self._least[key] = self.tuner.interval_at(
+                tf, tw, planner.l1_slots, planner.capacities(planner.l1_slots),
+                compressed=self._compressed)
+        return least
 
     def _log(self, plans: list[Plan], chosen: Plan) -> None:
         tuner = self.tuner

@@ -317,6 +317,11 @@ class TransferEngine:
             return None
         return time.perf_counter() - self.last_submit
 
+    def completed_writes(self) -> tuple[int, float]:
+        """The Level-2 writes completed this run and their seconds in all."""
+        with self._busy_lock:
+            return self.writes - len(self._writes), self.write_busy_s
+
     def write_seconds(self) -> float | None:
         """Mean seconds of the Level-2 writes completed this run (None before the first)."""
         done = self.writes - len(self._writes)

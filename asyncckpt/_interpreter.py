@@ -181,7 +181,7 @@ class Interpreter:
                 case Advance(start=begin, end=end):
                     mark = begin_call()
                     fwd.apply(t_start=begin, t_end=end)
-                    end_call(mark, end - begin)
+                    end_call(mark, end - begin, begin)
                     stats.forward_steps += end - begin
                 case Reverse(step=step):
                     mark = begin_call()
@@ -233,6 +233,14 @@ class Interpreter:
                             "checkpoint can be read to recompute it")
 
 
+def _recent(mean: float | None, value: float, spans: float) -> float:
+    """An exponential mean that forgets by e every span: ``value`` measured over ``spans``."""
+    if mean is None:
+        return value
+    weight = 1.0 - math.exp(-spans)
+    return weight * value + (1.0 - weight) * mean
+
+
 class RunDecisions:
     """What an online schedule (:class:`schedules.OnlineMultistage`) asks of a running
     checkpointer: whether u_t goes to Level-2 now, how far to advance before asking again, and
@@ -245,7 +253,7 @@ class RunDecisions:
     min_interval
         The least interval; with ``adaptive=False``, the interval.
     adaptive
-        Store as soon as the previous Level-2 write has completed (beyond ``min_interval``).
+        Store as soon as the previous Level-2 write has completed (beyond the least interval).
     stop
         The user's ``stop(t)``, for a run of unknown length.
     stats
@@ -257,27 +265,72 @@ class RunDecisions:
         The ranks of an MPI run, which agree on every answer: store when every rank's write
         has completed, advance as far as the slowest rank's estimate, stop where any rank's
         ``stop`` says so.
+    rechoose
+        With ``adaptive``: the least interval for a step of ``tf`` seconds (what the run measures
+        now, contention included) and writes of ``tw`` seconds (None: as priced). Asked at
+        every candidate state, so the least interval follows the run's costs as they change,
+        never below ``floor``; without it the least interval stays ``min_interval``.
+    floor
+        The least interval ``rechoose`` may give (default 1).
     """
+
+    #: The steps and the writes over which the run's recent step and write costs forget what
+    #: came before (by e): long enough that one interval's noise does not move them, short
+    #: enough to follow a change within a few dozen steps.
+    RECENT_STEPS = 16
+    RECENT_WRITES = 4
 
     def __init__(self, engine: TransferEngine, min_interval: int, *, adaptive: bool,
                  stop: Callable[[int], object] | None,
-                 stats: Stats, model_tf: float = 0.0, group: Ranks | None = None) -> None:
+                 stats: Stats, model_tf: float = 0.0, group: Ranks | None = None,
+                 rechoose: Callable[[float, float | None], int] | None = None,
+                 floor: int = 1) -> None:
         self.engine, self.min_interval, self.adaptive = engine, min_interval, adaptive
         self._stop, self.stats, self.model_tf = stop, stats, model_tf
         self.group = SoloRanks() if group is None else group
+        self.least = min_interval  # agreed by every rank
+        self.floor = floor if rechoose is not None else min_interval
+        self._rechoose = rechoose
+        self._seen_steps = (stats.forward_steps, stats.forward_compute_s)
+        self._seen_writes = engine.completed_writes()
+        self._tf: float | None = None
+        self._tw: float | None = None
 
     def store(self, t: int, last_store: int) -> bool:
         if not self.adaptive:
             return t - last_store >= self.min_interval
+        if self._rechoose is not None:
+            self.least = int(self.group.max(self._recent_least()))
+            if t - last_store < self.least:
+                return False
         idle = self.engine.writing_for() is None
         return self.group.all(idle)
 
     def advance(self, t: int, last_store: int) -> int:
-        short = self.min_interval - (t - last_store)
+        short = self.least - (t - last_store)
         if short > 0 or not self.adaptive:
             return max(short, 1)
         steps = self._estimate(t, last_store)
         return int(self.group.max(steps))
+
+    def _recent_least(self) -> int:
+        """The least interval for the costs the run measured lately (see ``rechoose``)."""
+        assert self._rechoose is not None
+        stats = self.stats
+        steps = stats.forward_steps - self._seen_steps[0]
+        seconds = stats.forward_compute_s - self._seen_steps[1]
+        if steps > 0 and seconds > 0:
+            self._tf = _recent(self._tf, seconds / steps, steps / self.RECENT_STEPS)
+            self._seen_steps = (stats.forward_steps, stats.forward_compute_s)
+        done, busy_s = self.engine.completed_writes()
+        writes = done - self._seen_writes[0]
+        if writes > 0:
+            tw = (busy_s - self._seen_writes[1]) / writes
+            self._tw = _recent(self._tw, tw, writes / self.RECENT_WRITES)
+            self._seen_writes = (done, busy_s)
+        if self._tf is None:
+            return self.least
+        return max(self.floor, self._rechoose(self._tf, self._tw))
 
     def _estimate(self, t: int, last_store: int) -> int:
         running = self.engine.writing_for()

@@ -53,14 +53,15 @@ class _HostTimer:
     def begin() -> Any:
         return time.perf_counter()
 
-    def end(self, mark: Any, steps: int) -> None:
-        """A forward call of ``steps`` steps (0: a reverse step) that began at ``mark``."""
-        self.add(time.perf_counter() - mark, steps)
+    def end(self, mark: Any, steps: int, start: int | None = None) -> None:
+        """A forward call of ``steps`` steps from u_``start`` (0 steps: a reverse step) that
+        began at ``mark``."""
+        self.add(time.perf_counter() - mark, steps, start)
 
-    def add(self, elapsed: float, steps: int) -> None:
+    def add(self, elapsed: float, steps: int, start: int | None = None) -> None:
         if steps:
             self.stats.forward_compute_s += elapsed
-            self.fit.add(steps, elapsed)
+            self.fit.add(steps, elapsed, start)
         else:
             self.stats.reverse_compute_s += elapsed
 
@@ -76,23 +77,23 @@ class _DeviceTimer(_HostTimer):
     def __init__(self, stats: Stats, fit: CallFit, device: Device) -> None:
         super().__init__(stats, fit)
         self.device = device
-        self._pending: list[tuple[Event, Event, int]] = []
+        self._pending: list[tuple[Event, Event, int, int | None]] = []
 
     def begin(self) -> Any:  # type: ignore[override]
         return self.device.current_stream().record()
 
-    def end(self, mark: Any, steps: int) -> None:
-        self._pending.append((mark, self.device.current_stream().record(), steps))
+    def end(self, mark: Any, steps: int, start: int | None = None) -> None:
+        self._pending.append((mark, self.device.current_stream().record(), steps, start))
         self._count(wait=False)
 
     def _count(self, wait: bool) -> None:
         if wait:  # one wait: the stream runs in order, so the last event is the last to fire
             self._pending[-1][1].synchronize()
         done = 0
-        for start, end, steps in self._pending:
+        for begun, end, steps, start in self._pending:
             if not wait and not end.query():
                 break
-            self.add(self.device.elapsed(start, end), steps)
+            self.add(self.device.elapsed(begun, end), steps, start)
             done += 1
         del self._pending[:done]
 

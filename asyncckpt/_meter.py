@@ -27,9 +27,9 @@ class RunMeter:
         self._faults_base = (0, 0.0)
         self._codec_base = storage.compression
 
-    def start(self) -> None:
-        """A run begins: zero every count."""
-        self.fit = CallFit()
+    def start(self, n_timesteps: int | None = None) -> None:
+        """A run begins: zero every count (a run of known n times its halves apart)."""
+        self.fit = CallFit(midpoint=None if n_timesteps is None else n_timesteps // 2)
         self.level1.copies, self.level1.copy_s = 0, 0.0
         self.interpreter.descriptor_s = 0.0
         self._fresh_base = self.storage.fresh_s

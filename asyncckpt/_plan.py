@@ -146,11 +146,20 @@ class Planner:
                          else AsyncMultistage(n, interval, self.l1_slots,
                                               taping=self.memory.taping))
 
-    def online(self, decisions: Any) -> None:
+    def online(self, decisions: Any, floor: int | None = None) -> None:
         """This run's schedule: one whose intervals (adaptive) or end (unknown n)
-        ``decisions`` (a :class:`~schedules.Decisions`) make as it goes."""
+        ``decisions`` (a :class:`~schedules.Decisions`) make as it goes, none shorter than
+        ``floor`` (default: the planned interval)."""
         self.schedule = OnlineMultistage(self.l1_slots, decisions, n_steps=self.n_timesteps,
-                                         min_interval=self.interval, taping=self.memory.taping)
+                                         min_interval=self.interval if floor is None else floor,
+                                         taping=self.memory.taping)
+
+    def least_interval_floor(self) -> int:
+        """The shortest interval an adaptive run may take below the planned one: 1 where
+        Level-2 has room for any number of states, else the planned interval, for which
+        the bounded tiers were sized."""
+        capacities = self.capacities(self.l1_slots)
+        return self.interval if capacities is not None and None not in capacities else 1
 
     def view(self, transfers: str) -> RunPlan:
         """The read-only :class:`RunPlan` of what is planned now."""

@@ -47,6 +47,11 @@ PRIOR_TRANSFERS = 4
 #: cost between tcall and tf swings more (tcall 0.06 to 0.5 ms) than a pooled fit's.
 RUN_DECAY = 0.5
 
+#: A run whose step costs this many times more in its second half than in its first (or less by
+#: as much) changed its costs midway: its compute beside transfers cannot be told from that
+#: change, so it teaches no contention. Devito's steps vary by 15% between runs, not within one.
+DRIFT = 1.5
+
 
 def _blend(known: float, seconds: float, count: int) -> float:
     """The mean cost of a transfer (or of a fresh buffer's faults) from ``known`` (worth
@@ -148,9 +153,13 @@ class CallFit:
     seconds: float = 0.0
     cross: float = 0.0
     lengths: set[int] = field(default_factory=set)
+    #: where a run's second half begins (None: not split); ``halves`` holds the calls, steps
+    #: and seconds of the calls that start before it and from it on
+    midpoint: int | None = None
+    halves: list[list[float]] = field(default_factory=lambda: [[0.0] * 3, [0.0] * 3])
 
-    def add(self, steps: int, seconds: float) -> None:
-        """Record one call of ``steps`` steps that took ``seconds``."""
+    def add(self, steps: int, seconds: float, start: int | None = None) -> None:
+        """Record one call of ``steps`` steps from u_``start`` that took ``seconds``."""
         self.calls += 1
         self.steps += steps
         self.steps2 += steps * steps
@@ -158,6 +167,23 @@ class CallFit:
         self.cross += steps * seconds
         if len(self.lengths) < 2:
             self.lengths.add(steps)
+        if self.midpoint is not None and start is not None:
+            half = self.halves[start >= self.midpoint]
+            half[0] += 1
+            half[1] += steps
+            half[2] += seconds
+
+    def drift(self, tcall: float) -> float | None:
+        """A step's seconds in the run's second half over its first, each half's calls less
+        ``tcall`` each (a half of shorter calls is no dearer per step for it: the cost of a
+        call as known before the run, since a fit over a run whose step cost changed is no
+        measure of it); None where a half has no calls or the run was not split."""
+        (early_calls, early_steps, early_s), (late_calls, late_steps, late_s) = self.halves
+        if not early_steps or not late_steps:
+            return None
+        early = (early_s - early_calls * tcall) / early_steps
+        late = (late_s - late_calls * tcall) / late_steps
+        return late / early if early > 0 and late > 0 else None
 
     def pooled(self, run: "CallFit") -> "CallFit":
         """This fit's calls, each weighing :data:`RUN_DECAY` of what it did, with ``run``'s."""
@@ -313,6 +339,21 @@ class IntervalTuner:
                                tiers=self._tiers(capacities, fresh, compressed),
                                fresh=self.fresh(fresh))
 
+    def interval_at(self, tf: float, tw: float | None, l1_slots: int,
+                    capacities: Sequence[int | None] | None = None, *,
+                    compressed: bool = False, max_candidates: int = 128) -> int:
+        """The interval with the least predicted time were a step to cost ``tf`` seconds,
+        contention included (as a run measures it beside its transfers), and a Level-2 write
+        ``tw`` (None: as known; a read then scales with it, as a slower device's does)."""
+        costs = self.costs(busy=True, compressed=compressed)
+        scale = 1.0 if tw is None or costs.tw <= 0 else tw / costs.tw
+        costs = replace(costs, tf=tf, tb=tf + (costs.tb - costs.tf), tx=0.0,
+                        tw=costs.tw * scale, tr=costs.tr * scale)
+        return choose_interval(self.n_steps, l1_slots, costs,
+                               staging_buffers=self.staging_buffers, taping=self.taping,
+                               max_candidates=max_candidates,
+                               tiers=self._tiers(capacities, False, compressed)).interval
+
     def price(self, l1_slots: int, interval: int,
               capacities: Sequence[int | None] | None = None, *, fresh: bool = True,
               compressed: bool = False) -> float:
@@ -357,9 +398,12 @@ class IntervalTuner:
         touch. Where a codec ran, its seconds per state and the share of bytes it stored are
         learned the same way (:attr:`codec`), and the transfers' costs are taken back to
         uncompressed states (less the codec's seconds, over the share of bytes stored)."""
+        drift = fit.drift(self.tcall)
         # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread works
         # beside the compute and the copies for most of the run
-        if stats.l2_writes > self.staging_buffers and not self.inline:
+        if drift is not None and not 1 / DRIFT <= drift <= DRIFT:
+            self._learn_drifting(stats, fit)
+        elif stats.l2_writes > self.staging_buffers and not self.inline:
             self._learn_contention(stats, fit)
             self.busy_calls = self.busy_calls.pooled(fit)
             if self.busy_calls.steps:
@@ -399,6 +443,28 @@ class IntervalTuner:
         if self.fault_s is not None and stats.fresh_buffers:
             self.fault_s = _blend(self.fault_s, stats.fresh_s, stats.fresh_buffers)
         self.runs += 1
+
+    def _learn_drifting(self, stats: Any, fit: CallFit) -> None:
+        """Take the compute costs of a run whose step cost changed midway (see :data:`DRIFT`)
+        from that run alone, for plans with transfers and without alike: the run's mean step is
+        the best guess of the next run's, and pricing one kind of plan from runs that measured
+        other costs would decide between them on the change, not on the plans."""
+        # a fit over calls whose step cost changed is no measure of a call's own cost: that
+        # stays as known, and the run's calls are pooled into neither fit
+        self.tf = max((fit.seconds - fit.calls * self.tcall) / fit.steps, 1e-9)
+        self.tcall_busy, self.tf_busy = self.tcall, self.tf
+        if stats.reverse_steps:
+            adjoint = stats.reverse_compute_s / stats.reverse_steps
+            self.adjoint_mean, self.busy_adjoint_mean = RunMean(adjoint, 1.0), RunMean(adjoint, 1.0)
+            self.tb = self.tb_busy = self.tf + adjoint
+        if stats.copies:  # copies do not drift with the step: their own kind of run learns them
+            mean = self.busy_copy_mean if stats.l2_writes > self.staging_buffers \
+                and not self.inline else self.copy_mean
+            copy_s = mean.add(stats.copy_s / stats.copies)
+            if mean is self.busy_copy_mean:
+                self.tc_busy = copy_s
+            else:
+                self.tc = copy_s
 
     def _learn_contention(self, stats: Any, fit: CallFit) -> None:
         """Revise :attr:`tx` from a run with transfers: its forward calls, copies and (where

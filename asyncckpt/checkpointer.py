@@ -236,14 +236,20 @@ class AsyncCheckpointer:
             n_timesteps=self.n_timesteps or 0, l1_slots=planner.l1_slots,
             l1_bytes=planner.l1_bytes, taping=self.taping,
             device="host" if self.device is None else self.device.name)
-        self._meter.start()
+        self._meter.start(self.n_timesteps)
         if self._auto is not None:
             self._auto.before_run(stats, self._interpreter)
         if planner.planned and (planner.adaptive or self.n_timesteps is None):
-            tf = None if self._auto is None else self._auto.tuner.tf
+            auto = self._auto
+            tf = None if auto is None else auto.tuner.tf
+            # an adaptive run of known n follows its own costs below the planned interval too
+            rechoose = (auto.least_interval if auto is not None and planner.adaptive
+                        and self.n_timesteps is not None else None)
+            floor = planner.least_interval_floor() if rechoose is not None else None
             planner.online(RunDecisions(self._engine, planner.interval, adaptive=planner.adaptive,
                                         stop=stop, stats=stats, model_tf=tf or 0.0,
-                                        group=self.ranks))
+                                        group=self.ranks, rechoose=rechoose,
+                                        floor=floor or 1), floor)
         assert planner.schedule is not None
         stats.interval = planner.interval
         self.trace = []

@@ -12,6 +12,10 @@ run of each calibrates; medians of the rest):
 - ``device_slows_down``: Level-2 writes and reads of the second half's states each take
   ``--slow-ms`` more (a device slowing down, or a neighbour taking its bandwidth).
   ``adaptive_over_best_fixed`` as above.
+- ``compute_slows_down``: a device that takes ``--device-ms`` per transfer throughout, and
+  steps that cost ``--rise`` times as much from halfway on (the interval that suited the first
+  half stores too rarely in the second).
+- ``device_slows_10x``: that device, ``--slowdown`` times slower from halfway on.
 - ``online``: ``n_timesteps=None`` with ``stop`` at u_n, over the same checkpointer with n known
   (both with the default "auto", which means "adaptive" for an unknown n; goal <= 1.10).
 
@@ -55,21 +59,25 @@ class ChangingForward:
 
 
 class SlowingFile(FileStorage):
-    """A file Level-2 whose states from ``switch`` on take ``delay`` seconds more to write and
-    to read (sleeping, as a device that is busy does: the caller's thread runs on)."""
+    """A file Level-2 whose transfers take ``before`` seconds more for states before ``switch``
+    and ``delay`` seconds more from it on (sleeping, as a device that is busy does: the caller's
+    thread runs on)."""
 
-    def __init__(self, path: str, *, switch: int, delay: float) -> None:
+    def __init__(self, path: str, *, switch: int, delay: float, before: float = 0.0) -> None:
         super().__init__(path)
-        self.switch, self.delay = switch, delay
+        self.switch, self.delay, self.before = switch, delay, before
+
+    def _wait(self, key: int) -> None:
+        extra = self.delay if key >= self.switch else self.before
+        if extra:
+            time.sleep(extra)
 
     def put(self, key: int, buf: np.ndarray) -> None:
-        if key >= self.switch:
-            time.sleep(self.delay)
+        self._wait(key)
         super().put(key, buf)
 
     def get(self, key: int, out: np.ndarray) -> None:
-        if key >= self.switch:
-            time.sleep(self.delay)
+        self._wait(key)
         super().get(key, out)
 
 
@@ -134,6 +142,14 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=8, help="Level-1 slots (default 8)")
     parser.add_argument("--slow-ms", type=float, default=3.0,
                         help="extra ms per Level-2 transfer once the device slows (default 3)")
+    parser.add_argument("--device-ms", type=float, default=2.5,
+                        help="ms per Level-2 transfer of the slow device (default 2.5)")
+    parser.add_argument("--rise", type=float, default=6.0,
+                        help="how many times a step costs more from halfway on (default 6)")
+    parser.add_argument("--slowdown", type=float, default=10.0,
+                        help="how many times slower the slow device gets halfway (default 10)")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="run only these scenarios (default: all)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=tempfile.gettempdir(),
                         help="directory for the file Level-2 (default: the temporary directory)")
@@ -144,15 +160,28 @@ def main() -> int:
     half = n // 2
     results: dict[str, Any] = {"state_mib": args.mib, "n": n, "slots": slots,
                                "passes": args.passes, "cpus": os.cpu_count()}
-    results["steady"] = sweep(lambda: ChangingForward(w, n, args.passes),
-                              lambda: args.dir, w, n, slots, repeats)
-    results["compute_speeds_up"] = sweep(
-        lambda: ChangingForward(w, half, max(1, args.passes // 4)),
-        lambda: args.dir, w, n, slots, repeats)
-    results["device_slows_down"] = sweep(
-        lambda: ChangingForward(w, n, args.passes),
-        lambda: SlowingFile(args.dir, switch=half, delay=args.slow_ms / 1e3), w, n, slots,
-        repeats)
+    device_s = args.device_ms / 1e3
+    scenarios = {
+        "steady": (lambda: ChangingForward(w, n, args.passes), lambda: args.dir),
+        "compute_speeds_up": (lambda: ChangingForward(w, half, max(1, args.passes // 4)),
+                              lambda: args.dir),
+        "device_slows_down": (lambda: ChangingForward(w, n, args.passes),
+                              lambda: SlowingFile(args.dir, switch=half,
+                                                  delay=args.slow_ms / 1e3)),
+        "compute_slows_down": (
+            lambda: ChangingForward(w, half, max(1, round(args.passes * args.rise))),
+            lambda: SlowingFile(args.dir, switch=half, delay=device_s, before=device_s)),
+        "device_slows_10x": (
+            lambda: ChangingForward(w, n, args.passes),
+            lambda: SlowingFile(args.dir, switch=half, delay=device_s * args.slowdown,
+                                before=device_s)),
+    }
+    for name, (make_forward, storage_for) in scenarios.items():
+        if args.only is None or name in args.only:
+            results[name] = sweep(make_forward, storage_for, w, n, slots, repeats)
+    if args.only is not None and "online" not in args.only:
+        print(json.dumps(results))
+        return 0
     with AsyncCheckpointer(w, ChangingForward(w, n, args.passes), Rev(w), n, l1_slots=slots,
                            storage=args.dir) as known, \
             AsyncCheckpointer(w, ChangingForward(w, n, args.passes), Rev(w), None,

@@ -261,6 +261,82 @@ def test_adaptive_intervals_follow_the_speed_of_level2() -> None:
     assert set(gaps["dram"]) == {1}
 
 
+class SlowingForward(Forward):
+    """Steps that sleep ``early`` seconds before u_switch and ``late`` from it on (releasing
+    the GIL, as a compiled kernel does)."""
+
+    def __init__(self, model, *, switch: int, early: float, late: float) -> None:
+        super().__init__(model)
+        self.switch, self.early, self.late = switch, early, late
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        for t in range(t_start, t_end):
+            time.sleep(self.early if t < self.switch else self.late)
+            super().apply(t_start=t, t_end=t + 1)
+
+
+def test_an_adaptive_run_stores_more_often_once_its_steps_get_slower() -> None:
+    """Steps of 0.1 ms, then 4 ms from halfway on, with writes of 3 ms: the least interval the
+    model gave the opening steps (a write spans some thirty of them) would hold the second half
+    to intervals as long; the run measures its steps as it goes and stores about every step or
+    two there instead. The second run starts from costs the first one learned (a mean step
+    that neither half has) and does the same. Every adjoint is exact."""
+    n, switch = 240, 120
+    model = RecurrentCell(n)
+    reference = store_all_reference(model)
+    cost_memory.forget()
+    storage = SlowMemory(delay=(0.003, 0.003))
+    try:
+        with AsyncCheckpointer(model, SlowingForward(model, switch=switch, early=1e-4,
+                                                     late=4e-3),
+                               Reverse(model), n, l1_slots=4, interval="adaptive",
+                               storage=storage) as ckp:
+            for _ in range(2):
+                model.reset()
+                ckp.apply_forward()
+                model.reset_adjoint()
+                ckp.apply_reverse()
+                for a, b in zip(model.gradients(), reference):
+                    assert a.tobytes() == b.tobytes()
+                starts = ckp.stats.interval_starts
+                early = [b - a for a, b in zip(starts, starts[1:]) if b <= switch]
+                late = [b - a for a, b in zip(starts, starts[1:]) if a >= switch + 8]
+                assert early and late, starts
+                assert sum(late) / len(late) < sum(early) / len(early) / 3, (early, late)
+    finally:
+        storage.close()
+
+
+def test_a_run_whose_step_cost_changes_midway_teaches_no_contention() -> None:
+    """The tuner learns a run whose steps cost six times more in its second half as that run's
+    mean step for plans with and without transfers alike, and takes none of the change for
+    the cost of its transfers (the run cannot tell the two apart)."""
+    from asyncckpt._tuning import CallFit, IntervalTuner
+    from asyncckpt.stats import Stats
+
+    def tuner() -> IntervalTuner:
+        return IntervalTuner(n_steps=200, l1_slots=4, staging_buffers=2, inline=False,
+                             taping=True, tw=3e-3, tr=3e-3, tc=1e-4, tf=1e-3, tcall=0.0)
+
+    def run(late: float) -> tuple[Stats, CallFit]:
+        fit = CallFit(midpoint=100)
+        for start in range(0, 200, 4):
+            fit.add(4, 4 * (1e-3 if start < 100 else late), start)
+        stats = Stats(n_timesteps=200, l1_slots=4)
+        stats.l2_writes, stats.l2_reads = 50, 50
+        stats.write_busy_s = stats.read_busy_s = 50 * 3e-3
+        stats.forward_compute_s = fit.seconds
+        return stats, fit
+
+    changing = tuner()
+    changing.learn(*run(late=6e-3))
+    assert changing.tx is None
+    assert changing.tf == pytest.approx(3.5e-3) and changing.tf_busy == changing.tf
+    steady = tuner()
+    steady.learn(*run(late=1.2e-3))  # beside its transfers a step took 10% more: contention
+    assert steady.tx is not None and steady.tx > 0
+
+
 def test_a_stop_that_raises_reaches_the_caller_and_the_next_run_works() -> None:
     n = 12
     model = RecurrentCell(n)
