@@ -156,6 +156,8 @@ class AutoPlanner:
         predicted = stats.calibration.get("predicted_total_s")
         if predicted:
             stats.calibration["measured_over_predicted"] = stats.total_s / predicted
+        # a step's cost in the run's second half over its first (see _tuning.DRIFT)
+        stats.calibration["step_drift"] = fit.drift(self.tuner.tcall)
         self.tuner.learn(stats, fit)
         if self.planner.n_timesteps is None:
             self.tuner.n_steps = stats.n_timesteps  # the next run's best guess of n

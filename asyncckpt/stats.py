@@ -94,7 +94,10 @@ class Stats:
     recovery_steps : int
         Forward steps spent recomputing lost states (included in ``forward_steps``).
     calibration : dict
-        With ``interval="auto"``: the measured costs and the model's prediction.
+        With ``interval="auto"``: the measured costs and the model's prediction; after the
+        reverse sweep also ``measured_over_predicted`` and ``step_drift``, a forward step's
+        cost in the run's second half over its first (beyond 1.5 or below 1/1.5 the run taught
+        its mean step and no contention; None for a run of unknown n).
     """
 
     n_timesteps: int = 0

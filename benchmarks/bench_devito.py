@@ -293,6 +293,7 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
                     "overhead_s": stats.total_s - stats.forward_compute_s
                     - stats.reverse_compute_s - stats.copy_s,
                     "measured_over_predicted": calibration.get("measured_over_predicted", 0.0),
+                    "step_drift": calibration.get("step_drift") or 0.0,
                     "fresh_s": stats.fresh_s,
                     "forward_steps": stats.forward_steps, "reverse_steps": stats.reverse_steps,
                     "copies": stats.copies, "descriptor_s": stats.descriptor_s,
@@ -364,9 +365,11 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
         out[f"{method}_last_run"] = {k: v if isinstance(v, list) else round(float(v), 3)
                                      for k, v in final.items()}
         out[f"{method}_where"] = _where(final, quiet, n)
-        # each run's plan: (interval, 0 for Level-1 alone; slots; measured/predicted; faults)
+        # each run's plan: (interval, 0 for Level-1 alone; slots; measured/predicted; faults;
+        # a step's cost in the run's second half over its first)
         out[f"{method}_plans"] = [[r["interval"], r["l1_slots"],
-                                   round(r["measured_over_predicted"], 2), round(r["fresh_s"], 1)]
+                                   round(r["measured_over_predicted"], 2), round(r["fresh_s"], 1),
+                                   round(r["step_drift"], 2)]
                                   for r in runs[method]]
     return out
 
