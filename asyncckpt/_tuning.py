@@ -341,7 +341,7 @@ class IntervalTuner:
 
     def interval_at(self, tf: float, tw: float | None, l1_slots: int,
                     capacities: Sequence[int | None] | None = None, *,
-                    compressed: bool = False, max_candidates: int = 128) -> int:
+                    compressed: bool = False, max_candidates: int = 32) -> int:
         """The interval with the least predicted time were a step to cost ``tf`` seconds,
         contention included (as a run measures it beside its transfers), and a Level-2 write
         ``tw`` (None: as known; a read then scales with it, as a slower device's does)."""

@@ -483,8 +483,9 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
                     fresh: FreshMemory | None = None) -> IntervalChoice:
     """Return the interval I in [1, n] with the least predicted time (closed form with stalls).
 
-    Every I up to ``max_candidates`` is priced, and a geometric grid above it; ties go to the
-    smaller I (fewer states recomputed, sooner overlap). With ``tw <= tf`` this is 1. With
+    Every I up to ``max_candidates`` is priced, and a geometric grid above it (10% apart), then
+    every I between the best grid point's neighbours; ties go to the smaller I (fewer states
+    recomputed, sooner overlap). With ``tw <= tf`` this is 1. With
     ``tiers`` (a tiered Level-2, fastest first), each interval is priced by
     :func:`predict_tiered` and intervals whose states the tiers cannot hold are skipped.
     ``fresh`` prices the first touch of the memory each schedule uses (Revolve's included).
@@ -505,7 +506,9 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     if tiers is None and fresh is not None:
         tiers = [Level2Tier(None, costs.tw, costs.tr)]
     best_interval, best = 0, None
-    for interval in sorted(candidates):
+
+    def price(interval: int) -> None:
+        nonlocal best_interval, best
         if tiers is None:
             prediction = _async_multistage(n, interval, l1_slots, costs, costs.tw, costs.tr,
                                            staging_buffers, taping)
@@ -513,11 +516,21 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
             prediction = _tiered(n, interval, l1_slots, costs, tiers, staging_buffers, taping,
                                  fresh)
         else:
-            continue
+            return
         if best is None or prediction.total_s < best.total_s * (1 - 1e-12):
             best_interval, best = interval, prediction
+
+    grid = sorted(candidates)
+    for interval in grid:
+        price(interval)
     if best is None:
         raise InvalidValueError("the Level-2 tiers hold no state: give one a capacity")
+    if best_interval > max_candidates:  # between the grid points beside the best
+        at = grid.index(best_interval)
+        low, high = grid[at - 1], grid[min(at + 1, len(grid) - 1)]
+        for interval in range(low + 1, high):
+            if interval not in candidates:
+                price(interval)
     return IntervalChoice(best_interval, best,
                           predict_revolve(n, l1_slots, costs, taping=taping, fresh=fresh),
                           predict_store_all(n, costs, taping=taping))

@@ -1,6 +1,7 @@
 """The LSTM experiment of the paper (Section 5): peak memory, time and recompute factor of one
 forward+backward pass against sequence length, for standard backpropagation, Revolve (pyrevolve)
-and asyncckpt with Level-2 in DRAM, on tmpfs and on disk.
+and asyncckpt with Level-2 in DRAM, on tmpfs and on disk; and the same LSTM in PyTorch by plain
+autograd, torch's per-step checkpoint and asyncckpt's ``checkpoint_scan``.
 
 Every (method, length) runs in a fresh process. Writes results.json, results.csv,
 fig4_memory.png and fig5_time.png to --out, and prints a table.
@@ -22,7 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .methods import METHODS, ON_DEVICE, parse_interval
+from .methods import METHODS, ON_DEVICE, TORCH, parse_interval, torch_available
 from .report import figures, goals, table
 
 #: the README's main job: about 2 minutes of runs here (n = 3200 would double it; Revolve's
@@ -76,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.methods is None:
         args.methods = list(METHODS) if args.device == "cpu" else list(ON_DEVICE)
+        if not torch_available():
+            print("PyTorch is not installed (pip install asyncckpt[torch]): the torch methods "
+                  "are left out", file=sys.stderr)
+            args.methods = [m for m in args.methods if m not in TORCH]
     elif args.device != "cpu" and set(args.methods) - set(ON_DEVICE):
         parser.error(f"on --device {args.device} the methods are {', '.join(ON_DEVICE)}")
     preset = QUICK if args.quick else FULL

@@ -9,7 +9,8 @@ from typing import Any
 from .model import (LSTM, ForwardOperator, ReverseOperator, StepCheckpoint, StepForwardOperator,
                     StepReverseOperator)
 
-__all__ = ["METHODS", "ON_DEVICE", "run_method", "describe", "parse_interval"]
+__all__ = ["METHODS", "ON_DEVICE", "TORCH", "run_method", "describe", "parse_interval",
+           "torch_available"]
 
 #: the host memory budget of ``async-budget``, whatever n
 BUDGET = "4MiB"
@@ -26,7 +27,15 @@ METHODS = {
                          "activations the reverse step reads",
     "async-budget": f"asyncckpt within memory_budget={BUDGET!r}: Level-1 and DRAM Level-2 share "
                     "it, the rest spills to the disk",
+    "torch-backprop": "the same LSTM in PyTorch, autograd through the whole sequence (the torch "
+                      "methods' reference: torch rounds differently from numpy)",
+    "torch-checkpoint": "PyTorch, torch.utils.checkpoint around every step (every step's carry "
+                        "kept, each step run again in the backward)",
+    "torch-scan": f"PyTorch, asyncckpt.torch.checkpoint_scan within memory_budget={BUDGET!r}",
 }
+
+#: the methods that run the LSTM in PyTorch (the ``torch`` extra)
+TORCH = tuple(m for m in METHODS if m.startswith("torch-"))
 
 
 def parse_interval(text: str) -> int | str:
@@ -104,6 +113,36 @@ def _asyncckpt(storage: Callable[[str], Any], taping: bool = True,
     return run
 
 
+def _torch(kind: str) -> Callable[..., dict[str, Any]]:
+    def run(model: LSTM, **_: Any) -> dict[str, Any]:
+        import torch
+        from torch.utils.checkpoint import checkpoint
+
+        from .torch_model import TorchLSTM
+
+        net = TorchLSTM(model)
+        carry, (inputs, targets) = net.initial_carry(), net.inputs()
+        if kind == "scan":
+            from asyncckpt.torch import checkpoint_scan
+
+            _, losses = checkpoint_scan(net.step, carry, (inputs, targets),
+                                        params=list(net.params.values()), memory_budget=BUDGET)
+        else:
+            steps = []
+            for t in range(model.n_steps):
+                x = (inputs[t], targets[t])
+                if kind == "checkpoint":
+                    carry, loss = checkpoint(net.step, carry, x, use_reentrant=False)
+                else:
+                    carry, loss = net.step(carry, x)
+                steps.append(loss)
+            losses = torch.stack(steps)
+        losses.sum().backward()
+        net.report(losses.detach())
+        return {}
+    return run
+
+
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "backprop": _backprop,
     "store-all": _store_all,
@@ -113,11 +152,22 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "async-disk": _asyncckpt(lambda d: d),
     "async-taping-free": _asyncckpt(lambda d: None, taping=False),
     "async-budget": _asyncckpt(lambda d: ["dram", d], budget=BUDGET),
+    "torch-backprop": _torch("backprop"),
+    "torch-checkpoint": _torch("checkpoint"),
+    "torch-scan": _torch("scan"),
 }
 
 
-#: methods that run with the model on a device (pyrevolve copies states with numpy)
-ON_DEVICE = tuple(m for m in METHODS if m not in ("store-all", "revolve"))
+#: methods that run with the model on a device (pyrevolve copies states with numpy; the torch
+#: methods run on the host)
+ON_DEVICE = tuple(m for m in METHODS if m not in ("store-all", "revolve") + TORCH)
+
+
+def torch_available() -> bool:
+    """Whether PyTorch is installed (the ``torch`` extra), without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
 
 
 def run_method(method: str, model: LSTM, *, slots: int = 10, interval: int | str = 1,
@@ -129,6 +179,7 @@ def run_method(method: str, model: LSTM, *, slots: int = 10, interval: int | str
     describe(method)
     if model.device != "cpu" and method not in ON_DEVICE:
         raise ValueError(f"{method} runs on the host only (pyrevolve copies states with "
-                         f"numpy); on a device use one of {', '.join(ON_DEVICE)}")
+                         f"numpy; the torch methods run on the host); on a device use one of "
+                         f"{', '.join(ON_DEVICE)}")
     return RUNNERS[method](model, slots=slots, interval=interval,
                            level2_dir=level2_dir or os.getcwd())

@@ -11,6 +11,13 @@ MiB = 2**20
 ASYNC = ("async-dram", "async-tmpfs", "async-disk", "async-taping-free", "async-budget")
 #: the methods whose Level-2 lives inside the process
 IN_PROCESS_LEVEL2 = ("async-dram", "async-taping-free")
+#: the PyTorch methods: bit for bit equal among themselves, not to numpy's (torch rounds
+#: differently)
+TORCH = ("torch-backprop", "torch-checkpoint", "torch-scan")
+
+
+def _family(method: str) -> str:
+    return "torch" if method in TORCH else "numpy"
 
 
 def _by_method(results: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -28,7 +35,7 @@ def working_memory(result: dict[str, Any]) -> float:
 
 def table(results: list[dict[str, Any]]) -> str:
     """One row per length: per method time (s), peak RSS (MiB) and recompute factor; and whether
-    every method's gradients equal backprop's bit for bit."""
+    every method's gradients equal backprop's bit for bit (the torch methods: torch-backprop's)."""
     methods = list(dict.fromkeys(r["method"] for r in results))
     by = _by_method(results)
     lengths = sorted({r["n"] for r in results})
@@ -36,16 +43,18 @@ def table(results: list[dict[str, Any]]) -> str:
     rows = []
     for n in lengths:
         row = [str(n)]
-        hashes = set()
+        hashes: dict[str, set[str]] = defaultdict(set)
         for m in methods:
             r = by[m].get(n)
             if r is None:
                 row.append("-")
                 continue
-            hashes.add(r["gradient_xxh3"])
+            hashes[_family(m)].add(r["gradient_xxh3"])
             row.append(f"{r['time_s']:.3f} / {r['peak_rss_bytes'] / MiB:.0f} / "
                        f"{r['recompute_factor']:.2f}")
-        row.append("yes" if len(hashes) == 1 else f"NO ({len(hashes)} distinct)")
+        distinct = {family: len(h) for family, h in hashes.items()}
+        row.append("yes" if set(distinct.values()) == {1} else "NO (" + ", ".join(
+            f"{family}: {count} distinct" for family, count in distinct.items()) + ")")
         rows.append(row)
     widths = [max(len(x[i]) for x in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths)),
@@ -90,6 +99,9 @@ def goals(results: list[dict[str, Any]]) -> str:
     time_ratios("asyncckpt / standard backpropagation (with taping, each reverse step re-runs "
                 "its forward step; taping-free, goal <= 1.10)", "backprop")
     time_ratios("Revolve (pyrevolve) / asyncckpt (goal >= 1.5)", "revolve", baseline_on_top=True)
+    time_ratios("PyTorch, checkpointed / plain autograd (both run every step twice; "
+                "torch-scan within a budget, torch-checkpoint keeping every carry)",
+                "torch-backprop", methods=TORCH[1:])
     return "\n".join(lines)
 
 
@@ -103,7 +115,9 @@ def figures(results: list[dict[str, Any]], out: Path) -> list[Path]:
 
     by = _by_method(results)
     style = {"backprop": "k-o", "store-all": "C7--s", "revolve": "C3-^", "async-dram": "C0-D",
-             "async-tmpfs": "C2-v", "async-disk": "C1-x", "async-taping-free": "C4-P", "async-budget": "C5-*"}
+             "async-tmpfs": "C2-v", "async-disk": "C1-x", "async-taping-free": "C4-P",
+             "async-budget": "C5-*", "torch-backprop": "C8-o", "torch-checkpoint": "C9--s",
+             "torch-scan": "C6-h"}
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for m, runs in by.items():
