@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.lstm.corpus import load_corpus
-from experiments.lstm.methods import METHODS, run_method
+from experiments.lstm.methods import METHODS, TORCH, run_method
 from experiments.lstm.model import LSTM
 
 CORPUS = load_corpus()
@@ -31,12 +31,27 @@ def gradients(method: str, n: int, kernels: str, level2_dir: Path, **kwargs) -> 
 def test_every_method_equals_backprop_bit_for_bit(kernels: str, n: int, disk_dir: Path) -> None:
     reference = gradients("backprop", n, kernels, disk_dir)
     assert np.isfinite(reference).all() and np.abs(reference).sum() > 0
-    for method in METHODS:
+    for method in (m for m in METHODS if m not in TORCH):
         got = gradients(method, n, kernels, disk_dir)
         assert got.tobytes() == reference.tobytes(), method
     for interval in (1, 5, n):
         got = gradients("async-dram", n, kernels, disk_dir, interval=min(interval, n))
         assert got.tobytes() == reference.tobytes()
+
+
+@pytest.mark.parametrize("n", [1, 2, 17, 60])
+def test_the_torch_methods_equal_torch_autograd_bit_for_bit_and_numpy_closely(
+        n: int, disk_dir: Path) -> None:
+    """The same LSTM in PyTorch: plain autograd, torch's per-step checkpoint and asyncckpt's
+    checkpoint_scan give one gradient bit for bit, and it is numpy backprop's to rounding
+    (torch's kernels round differently)."""
+    pytest.importorskip("torch")
+    reference = gradients("torch-backprop", n, "numpy", disk_dir)
+    for method in TORCH[1:]:
+        got = gradients(method, n, "numpy", disk_dir)
+        assert got.tobytes() == reference.tobytes(), method
+    numpy_reference = gradients("backprop", n, "numpy", disk_dir)
+    np.testing.assert_allclose(reference, numpy_reference, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("n", [1, 23])
@@ -110,12 +125,16 @@ def test_runner_writes_results_figures_and_a_table(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "experiments.lstm", "--lengths", "8", "16", "--repeats", "1",
          "--hidden", "8", "--batch", "2", "--out", str(out), "--methods", "backprop", "revolve",
-         "async-dram", "async-disk"],
+         "async-dram", "async-disk", "torch-backprop", "torch-scan"],
         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr
     results = json.loads((out / "results.json").read_text())
-    assert len(results) == 8
-    assert len({r["gradient_xxh3"] for r in results if r["n"] == 16}) == 1
+    assert len(results) == 12
+    for family in (("backprop", "revolve", "async-dram", "async-disk"),
+                   ("torch-backprop", "torch-scan")):
+        assert len({r["gradient_xxh3"] for r in results
+                    if r["n"] == 16 and r["method"] in family}) == 1
+    assert "torch-scan" in done.stdout and "checkpointed / plain autograd" in done.stdout
     assert (out / "fig4_memory.png").stat().st_size > 10000
     assert (out / "fig5_time.png").stat().st_size > 10000
     assert "grads equal" in done.stdout and "NO" not in done.stdout
