@@ -6,7 +6,7 @@ autograd, torch's per-step checkpoint and asyncckpt's ``checkpoint_scan``.
 Every (method, length) runs in a fresh process. Writes results.json, results.csv,
 fig4_memory.png and fig5_time.png to --out, and prints a table.
 
-    python -m experiments.lstm --quick          # the README's main job, about 2 minutes
+    python -m experiments.lstm --quick          # the README's main job, about 3 minutes
     python -m experiments.lstm --lengths 100 1000 10000 --repeats 5
 """
 from __future__ import annotations
@@ -26,8 +26,9 @@ from tqdm import tqdm
 from .methods import METHODS, ON_DEVICE, TORCH, parse_interval, torch_available
 from .report import figures, goals, table
 
-#: the README's main job: about 2 minutes of runs here (n = 3200 would double it; Revolve's
-#: recompute factor at 10 slots already grows from 1.76 to 4.15 over this range)
+#: the README's main job: about 3 minutes of runs here, the torch methods included (n = 3200
+#: would double it; Revolve's recompute factor at 10 slots already grows from 1.76 to 4.15 over
+#: this range)
 QUICK = {"lengths": [50, 100, 200, 400, 800, 1600], "repeats": 3}
 FULL = {"lengths": [100, 200, 400, 800, 1600, 3200, 6400, 12800], "repeats": 5}
 
