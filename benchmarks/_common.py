@@ -108,3 +108,12 @@ def pyrevolve_runner(w: Workload, slots: int, n: int) -> Callable[[], None]:
         revolver.apply_reverse()
 
     return run
+
+
+def gradient_error(grad: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    """How far a lossy run moved a gradient: the relative L2 error, and the largest absolute
+    difference over the reference's largest magnitude."""
+    scale = float(np.abs(reference).max()) or 1.0
+    return {"relative_l2": float(np.linalg.norm(grad - reference)
+                                 / (np.linalg.norm(reference) or 1.0)),
+            "max_abs_over_max": float(np.abs(grad - reference).max()) / scale}
