@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import numpy as np
 
 from ._buffers import check_size
+from ._keytable import KeyTable
 from ._link import HostLink
 from .errors import CorruptionError, ScheduleError, TransferError
 from .storage import Storage
@@ -134,10 +135,10 @@ class TransferEngine:
         # writes in flight, oldest first, and the same futures by key
         self._writes: deque[tuple[int, Future[tuple[int, np.ndarray]], np.ndarray]] = deque()
         self._writing: dict[int, Future[tuple[int, np.ndarray]]] = {}
-        # checksums of the writes that completed (an int per Level-2 state: O(n / I) small ints)
-        self._digests: dict[int, int] = {}
+        # checksums of the writes that completed (8 bytes per Level-2 state)
+        self._digests = KeyTable(np.uint64)
         # bytes of each state on Level-2 (states may be smaller than ``nbytes``, the largest)
-        self._sizes: dict[int, int] = {}
+        self._sizes = KeyTable()
         # keys freed while their write was still in flight: deleted when it completes
         self._doomed: set[int] = set()
         self._reads: dict[int, tuple[Future[None], np.ndarray]] = {}

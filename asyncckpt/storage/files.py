@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._buffers import PAGE, aligned_buffer, padded
+from .._keytable import KeyTable
 from ..errors import (InvalidTypeError, InvalidValueError, StorageError, StorageFullError,
                       StorageKeyError)
 from .base import Storage, gib
@@ -115,7 +116,7 @@ class FileStorage(Storage):
         self._lock = threading.Lock()
         self._bounce = threading.local()
         self._nbytes = 0
-        self._slots: dict[int, int] = {}
+        self._slots = KeyTable()  # key -> record
         self._free: list[int] = []
         self._n_records = 0
         self._closed = False

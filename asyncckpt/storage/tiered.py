@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._buffers import padded
+from .._keytable import KeyTable
 from ..errors import InvalidTypeError, InvalidValueError, StorageError, StorageFullError, \
     StorageKeyError
 from .base import Storage
@@ -51,7 +52,8 @@ class TieredStorage(Storage):
                                     f"{len(self.tiers)} tiers")
         self._owned = list(owned) if owned is not None else [True] * len(self.tiers)
         self._lock = threading.Lock()
-        self._where: dict[int, tuple[int, int]] = {}  # key -> (tier, padded bytes)
+        # key -> the tier holding it, and its padded bytes there
+        self._tier_of, self._padded_of = KeyTable(np.int16), KeyTable()
         self._held = [0] * len(self.tiers)
         self._held_bytes = [0] * len(self.tiers)
         #: states written to and read from each tier, and the seconds spent, since
@@ -130,14 +132,14 @@ class TieredStorage(Storage):
         with self._lock:
             if self._closed:
                 raise StorageError(f"TieredStorage.{call}({key}): the storage is closed")
-            if key in self._where:
+            if key in self._tier_of:
                 raise StorageKeyError(f"TieredStorage.{call}({key}): key already stored")
             for index, (capacity, limit) in enumerate(zip(self.capacities, self.byte_limits)):
                 if ((capacity is None or self._held[index] < capacity)
                         and (limit is None or self._held_bytes[index] + size <= limit)):
                     self._held[index] += 1
                     self._held_bytes[index] += size
-                    self._where[key] = index, size
+                    self._tier_of[key], self._padded_of[key] = index, size
                     return index
         raise StorageFullError(f"TieredStorage.{call}({key}): every tier is full "
                                f"({self._held} states of at most {self.capacities}, "
@@ -145,7 +147,7 @@ class TieredStorage(Storage):
 
     def _unplace(self, key: int) -> int:
         with self._lock:
-            index, size = self._where.pop(key)
+            index, size = self._tier_of.pop(key), self._padded_of.pop(key)
             self._held[index] -= 1
             self._held_bytes[index] -= size
             return index
@@ -174,30 +176,29 @@ class TieredStorage(Storage):
     def tier_of(self, key: int) -> int:
         """The index of the tier holding ``key``."""
         with self._lock:
-            place = self._where.get(key)
-        if place is None:
+            index = self._tier_of.get(key)
+        if index is None:
             raise StorageKeyError(f"TieredStorage: key {key} not stored")
-        return place[0]
+        return index
 
     def get(self, key: int, out: np.ndarray) -> None:
         with self._lock:
-            place = self._where.get(key)
-        if place is None:
+            index = self._tier_of.get(key)
+        if index is None:
             raise StorageKeyError(f"TieredStorage.get({key}): key not stored")
-        index = place[0]
         start = time.perf_counter()
         self.tiers[index].get(key, out)
         self._count(index, False, time.perf_counter() - start)
 
     def delete(self, key: int) -> None:
         with self._lock:
-            if key not in self._where:
+            if key not in self._tier_of:
                 raise StorageKeyError(f"TieredStorage.delete({key}): key not stored")
         self.tiers[self._unplace(key)].delete(key)
 
     def __contains__(self, key: object) -> bool:
         with self._lock:
-            return key in self._where
+            return key in self._tier_of
 
     def reserve(self, nbytes: int, count: int) -> None:
         """Reserve on each tier, in order, what its capacity lets it take of ``count``."""
@@ -216,7 +217,8 @@ class TieredStorage(Storage):
             if self._closed:
                 return
             self._closed = True
-            self._where.clear()
+            self._tier_of.clear()
+            self._padded_of.clear()
         for tier, owned in zip(self.tiers, self._owned):
             if owned:
                 tier.close()
