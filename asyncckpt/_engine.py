@@ -318,6 +318,11 @@ class TransferEngine:
             return None
         return time.perf_counter() - self.last_submit
 
+    def staging_free(self) -> bool:
+        """Whether a store would find a free staging buffer now (no wait for a write)."""
+        self.check()
+        return bool(self._free_staging)
+
     def completed_writes(self) -> tuple[int, float]:
         """The Level-2 writes completed this run and their seconds in all."""
         with self._busy_lock:

@@ -303,6 +303,9 @@ class RunDecisions:
             self.least = int(self.group.max(self._recent_least()))
             if t - last_store < self.least:
                 return False
+            # the least interval already prices the writes' stalls at the costs the run
+            # measures now: past it, a store waits only where it would wait for a buffer
+            return self.group.all(self.engine.staging_free())
         idle = self.engine.writing_for() is None
         return self.group.all(idle)
 
