@@ -271,7 +271,8 @@ class RunDecisions:
         every candidate state, so the least interval follows the run's costs as they change,
         never below ``floor``; without it the least interval stays ``min_interval``.
     floor
-        The least interval ``rechoose`` may give (default 1).
+        The least interval ``rechoose`` may give (default ``min_interval``): the online
+        schedule asks :meth:`store` from there on.
     """
 
     #: The steps and the writes over which the run's recent step and write costs forget what
@@ -284,12 +285,12 @@ class RunDecisions:
                  stop: Callable[[int], object] | None,
                  stats: Stats, model_tf: float = 0.0, group: Ranks | None = None,
                  rechoose: Callable[[float, float | None], int] | None = None,
-                 floor: int = 1) -> None:
+                 floor: int | None = None) -> None:
         self.engine, self.min_interval, self.adaptive = engine, min_interval, adaptive
         self._stop, self.stats, self.model_tf = stop, stats, model_tf
         self.group = SoloRanks() if group is None else group
         self.least = min_interval  # agreed by every rank
-        self.floor = floor if rechoose is not None else min_interval
+        self.floor = min_interval if floor is None else floor
         self._rechoose = rechoose
         self._seen_steps = (stats.forward_steps, stats.forward_compute_s)
         self._seen_writes = engine.completed_writes()

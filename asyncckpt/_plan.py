@@ -146,13 +146,12 @@ class Planner:
                          else AsyncMultistage(n, interval, self.l1_slots,
                                               taping=self.memory.taping))
 
-    def online(self, decisions: Any, floor: int | None = None) -> None:
+    def online(self, decisions: Any) -> None:
         """This run's schedule: one whose intervals (adaptive) or end (unknown n)
-        ``decisions`` (a :class:`~schedules.Decisions`) make as it goes, none shorter than
-        ``floor`` (default: the planned interval)."""
+        ``decisions`` (a :class:`~asyncckpt._interpreter.RunDecisions`) make as it goes, none
+        shorter than their ``floor``."""
         self.schedule = OnlineMultistage(self.l1_slots, decisions, n_steps=self.n_timesteps,
-                                         min_interval=self.interval if floor is None else floor,
-                                         taping=self.memory.taping)
+                                         min_interval=decisions.floor, taping=self.memory.taping)
 
     def least_interval_floor(self) -> int:
         """The shortest interval an adaptive run may take below the planned one: 1 where

@@ -401,9 +401,10 @@ class IntervalTuner:
         drift = fit.drift(self.tcall)
         # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread works
         # beside the compute and the copies for most of the run
+        busy = stats.l2_writes > self.staging_buffers and not self.inline
         if drift is not None and not 1 / DRIFT <= drift <= DRIFT:
             self._learn_drifting(stats, fit)
-        elif stats.l2_writes > self.staging_buffers and not self.inline:
+        elif busy:
             self._learn_contention(stats, fit)
             self.busy_calls = self.busy_calls.pooled(fit)
             if self.busy_calls.steps:
@@ -413,8 +414,6 @@ class IntervalTuner:
             if stats.reverse_steps and self.tf_busy is not None:
                 self.tb_busy = self.tf_busy + self.busy_adjoint_mean.add(
                     stats.reverse_compute_s / stats.reverse_steps)
-            if stats.copies:
-                self.tc_busy = self.busy_copy_mean.add(stats.copy_s / stats.copies)
         else:
             self.forward_calls = self.forward_calls.pooled(fit)
             if self.forward_calls.steps:
@@ -422,7 +421,10 @@ class IntervalTuner:
             if stats.reverse_steps and self.tf is not None:
                 self.tb = self.tf + self.adjoint_mean.add(
                     stats.reverse_compute_s / stats.reverse_steps)
-            if stats.copies:
+        if stats.copies:  # copies do not drift with the step: each kind of run learns its own
+            if busy:
+                self.tc_busy = self.busy_copy_mean.add(stats.copy_s / stats.copies)
+            else:
                 self.tc = self.copy_mean.add(stats.copy_s / stats.copies)
         self._learn_codec(stats)
         # the share of the bytes written that Level-2 stored (1 without a codec)
@@ -457,14 +459,6 @@ class IntervalTuner:
             adjoint = stats.reverse_compute_s / stats.reverse_steps
             self.adjoint_mean, self.busy_adjoint_mean = RunMean(adjoint, 1.0), RunMean(adjoint, 1.0)
             self.tb = self.tb_busy = self.tf + adjoint
-        if stats.copies:  # copies do not drift with the step: their own kind of run learns them
-            mean = self.busy_copy_mean if stats.l2_writes > self.staging_buffers \
-                and not self.inline else self.copy_mean
-            copy_s = mean.add(stats.copy_s / stats.copies)
-            if mean is self.busy_copy_mean:
-                self.tc_busy = copy_s
-            else:
-                self.tc = copy_s
 
     def _learn_contention(self, stats: Any, fit: CallFit) -> None:
         """Revise :attr:`tx` from a run with transfers: its forward calls, copies and (where

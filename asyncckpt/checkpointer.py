@@ -245,11 +245,10 @@ class AsyncCheckpointer:
             # an adaptive run of known n follows its own costs below the planned interval too
             rechoose = (auto.least_interval if auto is not None and planner.adaptive
                         and self.n_timesteps is not None else None)
-            floor = planner.least_interval_floor() if rechoose is not None else None
-            planner.online(RunDecisions(self._engine, planner.interval, adaptive=planner.adaptive,
-                                        stop=stop, stats=stats, model_tf=tf or 0.0,
-                                        group=self.ranks, rechoose=rechoose,
-                                        floor=floor or 1), floor)
+            planner.online(RunDecisions(
+                self._engine, planner.interval, adaptive=planner.adaptive, stop=stop,
+                stats=stats, model_tf=tf or 0.0, group=self.ranks, rechoose=rechoose,
+                floor=None if rechoose is None else planner.least_interval_floor()))
         assert planner.schedule is not None
         stats.interval = planner.interval
         self.trace = []
