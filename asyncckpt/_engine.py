@@ -330,9 +330,8 @@ class TransferEngine:
 
     def write_seconds(self) -> float | None:
         """Mean seconds of the Level-2 writes completed this run (None before the first)."""
-        done = self.writes - len(self._writes)
-        with self._busy_lock:
-            return self.write_busy_s / done if done > 0 else None
+        done, busy_s = self.completed_writes()
+        return busy_s / done if done > 0 else None
 
     def stored_before(self, key: int) -> list[int]:
         """The Level-2 states before u_key, newest first (where a lost u_key is rebuilt from)."""
