@@ -432,9 +432,19 @@ class IntervalTuner:
                   if stats.bytes_written and stats.l2_stored_bytes else 1.0)
         if self.tier_costs is not None and stats.l2_tiers:
             # each tier's transfers as they cost inside the run (a disk's sustained speed, not
-            # the one state the probe wrote and read back at once)
-            self.tier_costs = [(_blend(tw, tier["write_s"] / stored, tier["writes"]),
-                                _blend(tr, tier["read_s"] / stored, tier["reads"]))
+            # the one state the probe wrote and read back at once), taken back to uncompressed
+            # states by the share of bytes that tier stored: a wavefield's early states, which
+            # compress most, fill the fast tier first
+            raw = stats.bytes_written / stats.l2_writes if stats.l2_writes else 0.0
+
+            def share(tier: dict[str, float]) -> float:
+                written = tier.get("written_bytes", 0)
+                if not raw or not tier["writes"] or not written:
+                    return stored
+                return min(1.0, written / (tier["writes"] * raw))
+
+            self.tier_costs = [(_blend(tw, tier["write_s"] / share(tier), tier["writes"]),
+                                _blend(tr, tier["read_s"] / share(tier), tier["reads"]))
                                for (tw, tr), tier in zip(self.tier_costs, stats.l2_tiers)]
         if self.tier_costs is None:
             # fresh pages are faulted in once: the pool keeps them for the next run

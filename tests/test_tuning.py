@@ -90,6 +90,27 @@ def test_a_tier_that_moved_one_state_nudges_its_cost_and_one_that_moved_hundreds
     assert tuner.tier_costs == [(tw0, tr0), (tw1, tr1)]
 
 
+def test_each_tier_takes_its_costs_back_to_uncompressed_states_by_its_own_share() -> None:
+    """Compressed states: the fast tier stored the run's first states at a tenth of their size,
+    the disk the later ones at half. Each tier's seconds are divided by the share it stored,
+    not by the run's overall share of 0.3 (which would price an uncompressed state on the fast
+    tier at a third of its cost and on the disk at 1.67 times it)."""
+    tuner = tuner_with_tiers([(1e-3, 1e-3), (2e-3, 2e-3)])
+    stats = Stats()
+    raw = 1 << 20
+    stats.l2_writes, stats.bytes_written = 800, 800 * raw
+    stats.l2_stored_bytes = 400 * raw // 10 + 400 * raw // 2
+    stats.l2_tiers = [{"writes": 400, "reads": 400, "write_s": 400 * 1e-4, "read_s": 400 * 1e-4,
+                       "written_bytes": 400 * raw // 10},
+                      {"writes": 400, "reads": 400, "write_s": 400 * 1e-3, "read_s": 400 * 1e-3,
+                       "written_bytes": 400 * raw // 2}]
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.tier_costs is not None
+    (tw0, tr0), (tw1, tr1) = tuner.tier_costs
+    assert tw0 == pytest.approx(1e-3, rel=0.02) and tr0 == pytest.approx(1e-3, rel=0.02)
+    assert tw1 == pytest.approx(2e-3, rel=0.02) and tr1 == pytest.approx(2e-3, rel=0.02)
+
+
 def test_an_untiered_level2_learns_its_costs_the_same_way() -> None:
     tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
                           tw=1e-3, tr=1e-3, tc=1e-4, tf=1e-3)

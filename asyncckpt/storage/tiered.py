@@ -56,12 +56,13 @@ class TieredStorage(Storage):
         self._tier_of, self._padded_of = KeyTable(np.int16), KeyTable()
         self._held = [0] * len(self.tiers)
         self._held_bytes = [0] * len(self.tiers)
-        #: states written to and read from each tier, and the seconds spent, since
-        #: :meth:`reset_counters`
+        #: states written to and read from each tier, the seconds spent and the bytes written,
+        #: since :meth:`reset_counters`
         self.writes = [0] * len(self.tiers)
         self.reads = [0] * len(self.tiers)
         self.write_s = [0.0] * len(self.tiers)
         self.read_s = [0.0] * len(self.tiers)
+        self.written_bytes = [0] * len(self.tiers)
         self._fresh_base = [0.0] * len(self.tiers)
         self._closed = False
 
@@ -98,21 +99,26 @@ class TieredStorage(Storage):
             n = len(self.tiers)
             self.writes, self.reads = [0] * n, [0] * n
             self.write_s, self.read_s = [0.0] * n, [0.0] * n
+            self.written_bytes = [0] * n
             self._fresh_base = [t.fresh_s for t in self.tiers]
 
     def counters(self) -> list[dict[str, float]]:
-        """Per tier: writes, reads and the seconds they took (less first-touch time)."""
+        """Per tier: writes, reads, the seconds they took (less first-touch time) and the bytes
+        written (what the tier stored: compressed states at their compressed size)."""
         with self._lock:
             return [{"writes": w, "reads": r,
-                     "write_s": max(0.0, ws - (t.fresh_s - base)), "read_s": rs}
-                    for w, r, ws, rs, t, base in zip(self.writes, self.reads, self.write_s,
-                                                     self.read_s, self.tiers, self._fresh_base)]
+                     "write_s": max(0.0, ws - (t.fresh_s - base)), "read_s": rs,
+                     "written_bytes": b}
+                    for w, r, ws, rs, b, t, base in zip(
+                        self.writes, self.reads, self.write_s, self.read_s,
+                        self.written_bytes, self.tiers, self._fresh_base)]
 
-    def _count(self, index: int, wrote: bool, seconds: float) -> None:
+    def _count(self, index: int, wrote: bool, seconds: float, nbytes: int = 0) -> None:
         with self._lock:
             if wrote:
                 self.writes[index] += 1
                 self.write_s[index] += seconds
+                self.written_bytes[index] += nbytes
             else:
                 self.reads[index] += 1
                 self.read_s[index] += seconds
@@ -160,7 +166,7 @@ class TieredStorage(Storage):
         except BaseException:
             self._unplace(key)
             raise
-        self._count(index, True, time.perf_counter() - start)
+        self._count(index, True, time.perf_counter() - start, buf.nbytes)
 
     def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
         index = self._place(key, "adopt", nbytes)
@@ -170,7 +176,7 @@ class TieredStorage(Storage):
         except BaseException:
             self._unplace(key)
             raise
-        self._count(index, True, time.perf_counter() - start)
+        self._count(index, True, time.perf_counter() - start, nbytes)
         return spare
 
     def tier_of(self, key: int) -> int:
