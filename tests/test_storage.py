@@ -12,7 +12,7 @@ import pytest
 from asyncckpt import FileStorage, HostMemoryStorage, Storage, StorageFullError, StorageKeyError
 from asyncckpt.storage import TieredStorage
 from asyncckpt._buffers import PAGE, aligned_buffer
-from asyncckpt.storage.files import RELEASE_IN_BACKGROUND_BYTES
+from asyncckpt.storage.files import KEPT_FILES, RELEASE_IN_BACKGROUND_BYTES, release_files
 from asyncckpt.testing import StorageTests
 from conftest import wait_no_threads
 
@@ -175,7 +175,74 @@ def test_the_file_has_no_name_and_each_backend_its_own(disk_dir: Path) -> None:
 
 
 
-def test_closing_a_large_file_releases_it_and_leaves_no_thread(disk_dir: Path) -> None:
+def _descriptor_closed(link: str, target: str) -> bool:
+    return not os.path.lexists(link) or os.readlink(link) != target
+
+
+def test_a_closed_file_is_kept_for_the_next_backend_under_its_directory(disk_dir: Path) -> None:
+    """A program that makes a checkpointer per gradient writes into the blocks the last one
+    allocated: the next backend under the same directory takes the closed one's file, with none
+    of its states, and reserving no more than it held allocates nothing."""
+    nbytes = 4 * PAGE
+    first = FileStorage(disk_dir)
+    first.reserve(nbytes, 8)
+    buf = aligned_buffer(nbytes)[:nbytes]
+    buf[:] = 7
+    first.put(0, buf)
+    inode, blocks = os.fstat(first.fileno()).st_ino, os.fstat(first.fileno()).st_blocks
+    first.close()
+    assert list(disk_dir.iterdir()) == []  # it has no name
+    second = FileStorage(disk_dir)
+    try:
+        assert os.fstat(second.fileno()).st_ino == inode
+        assert 0 not in second
+        second.reserve(nbytes, 8)
+        assert os.fstat(second.fileno()).st_blocks == blocks
+        buf[:] = 3
+        second.put(5, buf)
+        out = np.zeros_like(buf)
+        second.get(5, out)
+        assert (out == 3).all()
+        with pytest.raises(StorageKeyError):
+            second.get(0, out)
+        elsewhere = FileStorage(disk_dir / "other")
+        assert os.fstat(elsewhere.fileno()).st_ino != inode
+        elsewhere.close()
+    finally:
+        second.close()
+    assert release_files() >= 8 * nbytes
+
+
+def test_no_more_than_kept_files_are_kept(tmp_path: Path) -> None:
+    """Closed backends under many directories (a test suite's) keep the most recent files
+    only: the oldest's descriptor is closed."""
+    links = []
+    for i in range(KEPT_FILES + 1):
+        backend = FileStorage(tmp_path / str(i))
+        backend.reserve(PAGE, 1)
+        link = f"/proc/self/fd/{backend.fileno()}"
+        links.append((link, os.readlink(link)))
+        backend.close()
+    try:
+        assert _descriptor_closed(*links[0])
+        assert not any(_descriptor_closed(*link) for link in links[1:])
+    finally:
+        release_files()
+    assert all(_descriptor_closed(*link) for link in links)
+
+
+def test_a_file_is_kept_only_while_the_device_has_as_much_free_beside_it(disk_dir: Path) -> None:
+    backend = FileStorage(disk_dir)
+    try:
+        free = backend.free_bytes()
+        assert FileStorage._keeps(backend.fileno(), free // 2)
+        assert not FileStorage._keeps(backend.fileno(), 2 * free + (1 << 30))
+    finally:
+        backend.close()
+        release_files()
+
+
+def test_releasing_a_large_kept_file_closes_it_and_leaves_no_thread(disk_dir: Path) -> None:
     """A file that held hundreds of MiB is released on a short-lived thread (the device may
     take a while to free its blocks): its descriptors still close, and no thread or file is
     left."""
@@ -188,10 +255,13 @@ def test_closing_a_large_file_releases_it_and_leaves_no_thread(disk_dir: Path) -
     link = f"/proc/self/fd/{backend.fileno()}"
     target = os.readlink(link)
     backend.close()
+    assert not _descriptor_closed(link, target)  # kept for the next backend
+    assert release_files() >= 3 * nbytes
     assert wait_no_threads() == []
-    assert not os.path.lexists(link) or os.readlink(link) != target  # its descriptor closed
+    assert _descriptor_closed(link, target)
     assert list(disk_dir.iterdir()) == []
     backend.close()  # a second close does nothing
+    assert release_files() == 0
 
 
 _KILLED_WRITER = """

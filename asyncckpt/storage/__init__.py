@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .base import Storage, WrapperStorage
 from .compressed import CompressedStorage, CompressionCounters
-from .files import FileStorage
+from .files import FileStorage, release_files
 from .memory import HostMemoryStorage, PinnedMemoryStorage, release_memory
 from .spec import (from_config, level2_spec, memory_tier, open_level2, open_storage, per_rank,
                    tiers_of)
@@ -33,6 +33,7 @@ __all__ = [
     "open_level2",
     "open_storage",
     "per_rank",
+    "release_files",
     "release_memory",
     "tiers_of",
 ]
