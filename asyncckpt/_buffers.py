@@ -8,13 +8,20 @@ import numpy as np
 
 from .errors import InvalidValueError
 
-__all__ = ["PAGE", "HUGE_PAGE", "aligned_buffer", "touched", "padded", "copy_out", "copy_in",
-           "check_size"]
+__all__ = ["PAGE", "HUGE_PAGE", "SPLIT_COPY_BYTES", "aligned_buffer", "touched", "padded",
+           "copy_out", "copy_in", "copy_halves", "copy_pieces", "check_size"]
 
 #: Alignment and size granule of every buffer: what O_DIRECT asks of memory, offsets and lengths.
 PAGE = 4096
 #: Transparent huge page size: buffers this large come from mappings advised to use them.
 HUGE_PAGE = 2 << 20
+#: States of this many bytes or more are copied in two halves, one on a helper thread (see
+#: :func:`copy_halves`). Measured here (2 cores): 10 MiB took 0.46 ms so against 0.75 ms on one
+#: thread, 4 MiB 0.20 against 0.29 ms; at 2 MiB the handoff ate the gain, below it it lost.
+SPLIT_COPY_BYTES = 4 << 20
+
+#: (destination, source) byte ranges of one copy
+Pieces = list[tuple[np.ndarray, np.ndarray]]
 
 
 def padded(nbytes: int) -> int:
@@ -79,6 +86,44 @@ def copy_in(buffer: np.ndarray, arrays: Sequence[np.ndarray]) -> None:
         # np.copyto, not assignment: a subclass's __setitem__ (Devito's Data) must not run
         np.copyto(array, np.ndarray(array.shape, array.dtype, buffer, offset))
         offset += array.nbytes
+
+
+def _bytes_of(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's bytes as a plain uint8 array (no subclass code runs)."""
+    return np.ndarray((array.nbytes,), np.uint8, array)
+
+
+def copy_halves(arrays: Sequence[np.ndarray], buffer: np.ndarray,
+                out: bool) -> tuple[Pieces, Pieces] | None:
+    """The copy :func:`copy_out` (``out``) or :func:`copy_in` would make, as two halves of
+    about equal bytes for two threads to copy at once; None where it is not worth splitting
+    (under :data:`SPLIT_COPY_BYTES`) or an array is not C-contiguous."""
+    total = sum(array.nbytes for array in arrays)
+    if total < SPLIT_COPY_BYTES or not all(array.flags.c_contiguous for array in arrays):
+        return None
+    middle = total // 2 // PAGE * PAGE
+    first: Pieces = []
+    second: Pieces = []
+    offset = 0
+    for array in arrays:
+        if not array.nbytes:
+            continue
+        mine = _bytes_of(array)
+        theirs = buffer[offset:offset + array.nbytes]
+        pair = (theirs, mine) if out else (mine, theirs)
+        cut = min(max(middle - offset, 0), array.nbytes)
+        if cut:
+            first.append((pair[0][:cut], pair[1][:cut]))
+        if cut < array.nbytes:
+            second.append((pair[0][cut:], pair[1][cut:]))
+        offset += array.nbytes
+    return first, second
+
+
+def copy_pieces(pieces: Pieces) -> None:
+    """Copy each (destination, source) pair of :func:`copy_halves`."""
+    for destination, source in pieces:
+        destination[...] = source
 
 
 def check_size(step: int, stored: int, arrays: Sequence[np.ndarray], where: str) -> None:

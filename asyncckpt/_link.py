@@ -24,12 +24,13 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import xxhash
 
-from ._buffers import copy_in, copy_out, padded
+from ._buffers import copy_halves, copy_in, copy_out, copy_pieces, padded
 from ._pool import POOL
 from ._tuning import CallFit
 from .checkpoint import check_arrays
@@ -106,9 +107,22 @@ class _DeviceTimer(_HostTimer):
 
 
 class HostLink:
-    """Level-1 in host memory."""
+    """Level-1 in host memory.
+
+    Parameters
+    ----------
+    split_copies : bool
+        Copy states of :data:`~asyncckpt._buffers.SPLIT_COPY_BYTES` or more in two halves, one
+        on a helper thread of the link's own (ended by :meth:`close`): a copy of a state is
+        bound by one core's memory bandwidth, and the caller waits for every one.
+    """
 
     device: Device | None = None
+    _split_copies = False
+    _helper: ThreadPoolExecutor | None = None
+
+    def __init__(self, *, split_copies: bool = False) -> None:
+        self._split_copies = split_copies
 
     def adapt(self, arrays: Sequence[Any]) -> list[Any]:
         return list(arrays)
@@ -133,11 +147,28 @@ class HostLink:
 
     def copy_out(self, arrays: Sequence[Any], slot: Any) -> None:
         """Copy the live ``arrays`` into a Level-1 ``slot``."""
-        copy_out(arrays, slot)
+        if not self._copy_split(arrays, slot, out=True):
+            copy_out(arrays, slot)
 
     def copy_in(self, slot: Any, arrays: Sequence[Any]) -> None:
         """Copy a Level-1 ``slot`` into the live ``arrays``."""
-        copy_in(slot, arrays)
+        if not self._copy_split(arrays, slot, out=False):
+            copy_in(slot, arrays)
+
+    def _copy_split(self, arrays: Sequence[Any], buffer: np.ndarray, out: bool) -> bool:
+        """Copy half of a large state on the helper thread, the other half here; False where
+        the state is not split (see :func:`~asyncckpt._buffers.copy_halves`)."""
+        halves = copy_halves(arrays, buffer, out) if self._split_copies else None
+        if halves is None:
+            return False
+        if self._helper is None:
+            self._helper = ThreadPoolExecutor(1, thread_name_prefix="asyncckpt-copy")
+        theirs = self._helper.submit(copy_pieces, halves[1])
+        try:
+            copy_pieces(halves[0])
+        finally:
+            theirs.result()
+        return True
 
     @staticmethod
     def checksum(view: np.ndarray) -> int:
@@ -149,7 +180,7 @@ class HostLink:
         """Start moving the live ``arrays`` (``nbytes``) into the staging buffer ``host``, with
         their checksum where the link computes it (``digest``); return what :meth:`sent` waits
         on."""
-        copy_out(arrays, host)
+        self.copy_out(arrays, host)
         return None
 
     def sent(self, ticket: Any) -> tuple[float, int | None]:
@@ -165,11 +196,11 @@ class HostLink:
 
     def deliver(self, host: np.ndarray, arrays: Sequence[Any]) -> None:
         """Copy a received prefetch buffer into the live ``arrays``."""
-        copy_in(host, arrays)
+        self.copy_in(host, arrays)
 
     def keep(self, arrays: Sequence[Any], host: np.ndarray) -> None:
         """Put the live ``arrays`` where :meth:`deliver` takes them from (a recomputed state)."""
-        copy_out(arrays, host)
+        self.copy_out(arrays, host)
 
     def timer(self, stats: Stats, fit: CallFit) -> _HostTimer:
         """What times the operators' calls during one sweep."""
@@ -201,7 +232,10 @@ class HostLink:
         return 0
 
     def close(self) -> None:
-        """Nothing runs beside the caller."""
+        """End the helper thread of split copies, if one was started."""
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            helper.shutdown(wait=True)
 
 
 
@@ -378,4 +412,5 @@ def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
                 f"states on {device.name} use 'background' (or 'auto')")
         transfers = "background"
     first = check_arrays(first, nbytes, dtype, "checkpoint.get_data(0)", device=device)
-    return (HostLink() if device is None else DeviceLink(device)), first, transfers
+    link = HostLink(split_copies=True) if device is None else DeviceLink(device)
+    return link, first, transfers
