@@ -213,6 +213,39 @@ def test_a_closed_file_is_kept_for_the_next_backend_under_its_directory(disk_dir
     assert release_files() >= 8 * nbytes
 
 
+def test_a_forked_child_never_takes_its_parents_kept_file(disk_dir: Path) -> None:
+    """After ``fork`` the child has the parent's descriptors: were it to take the parent's kept
+    file, both would write into one file. The child opens its own; the parent keeps its."""
+    first = FileStorage(disk_dir)
+    first.reserve(PAGE, 4)
+    inode = os.fstat(first.fileno()).st_ino
+    first.close()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its new backend's inode, then leave at once
+        status = 1
+        try:
+            child = FileStorage(disk_dir)
+            os.write(write, str(os.fstat(child.fileno()).st_ino).encode())
+            child.close()
+            release_files()
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read) as reader:
+        child_inode = int(reader.read())
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert child_inode != inode
+    again = FileStorage(disk_dir)
+    try:
+        assert os.fstat(again.fileno()).st_ino == inode
+    finally:
+        again.close()
+        release_files()
+
+
 def test_no_more_than_kept_files_are_kept(tmp_path: Path) -> None:
     """Closed backends under many directories (a test suite's) keep the most recent files
     only: the oldest's descriptor is closed."""

@@ -89,6 +89,14 @@ class _KeptFiles:
         for old in evicted:
             _release([fd for fd in (old.fd, old.direct_fd) if fd >= 0], old.nbytes)
 
+    def forget(self) -> None:
+        """In a child after ``fork``: drop the parent's files (closing the child's descriptors
+        only), so that parent and child never write into one file."""
+        files, self._files = list(self._files.values()), {}
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        for kept in files:
+            _close_all([fd for fd in (kept.fd, kept.direct_fd) if fd >= 0])
+
     def release(self) -> int:
         """Close every kept file; return the bytes they held."""
         with self._lock:
@@ -99,6 +107,8 @@ class _KeptFiles:
 
 
 _KEPT = _KeptFiles(KEPT_FILES)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_KEPT.forget)
 
 
 def _take_kept(where: str, direct: bool | None) -> _KeptFile | None:
@@ -146,7 +156,8 @@ class FileStorage(Storage):
         (SIGKILL included). ``close`` keeps the file, its blocks allocated, for the next backend
         under the same directory (the :data:`KEPT_FILES` most recent, while the device has as
         much free beside each): a checkpointer per gradient then writes into blocks the last
-        one allocated. :func:`release_files` frees them; a file not kept is freed on
+        one allocated (a child after ``fork`` opens its own). :func:`release_files` frees
+        them; a file not kept is freed on
         ``close``, a large one on a short-lived thread while the device frees its blocks.
     direct : bool or None
         Use O_DIRECT for page-aligned states of ``direct_min_bytes`` or more: sustained writes
