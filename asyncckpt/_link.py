@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ._buffers import copy_halves, copy_in, copy_out, copy_pieces, padded
+from ._buffers import SPLIT_COPY_BYTES, copy_halves, copy_in, copy_out, copy_pieces, padded
 from ._pool import POOL
 from ._tuning import CallFit
 from .checkpoint import check_arrays
@@ -412,5 +412,7 @@ def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
                 f"states on {device.name} use 'background' (or 'auto')")
         transfers = "background"
     first = check_arrays(first, nbytes, dtype, "checkpoint.get_data(0)", device=device)
-    link = HostLink(split_copies=True) if device is None else DeviceLink(device)
+    # a run of small states never asks whether to split a copy
+    link = (HostLink(split_copies=nbytes >= SPLIT_COPY_BYTES) if device is None
+            else DeviceLink(device))
     return link, first, transfers

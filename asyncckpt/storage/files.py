@@ -57,6 +57,9 @@ class _KeptFile:
     #: bytes backed by fallocate
     nbytes: int
 
+    def fds(self) -> list[int]:
+        return [fd for fd in (self.fd, self.direct_fd) if fd >= 0]
+
 
 class _KeptFiles:
     """The files of closed backends, by directory and O_DIRECT, for the next backend there.
@@ -87,7 +90,7 @@ class _KeptFiles:
             while len(self._files) > self.limit:
                 evicted.append(self._files.pop(next(iter(self._files))))
         for old in evicted:
-            _release([fd for fd in (old.fd, old.direct_fd) if fd >= 0], old.nbytes)
+            _release(old.fds(), old.nbytes)
 
     def forget(self) -> None:
         """In a child after ``fork``: drop the parent's files (closing the child's descriptors
@@ -95,14 +98,14 @@ class _KeptFiles:
         files, self._files = list(self._files.values()), {}
         self._lock = threading.Lock()  # another thread may have held it at the fork
         for kept in files:
-            _close_all([fd for fd in (kept.fd, kept.direct_fd) if fd >= 0])
+            _close_all(kept.fds())
 
     def release(self) -> int:
         """Close every kept file; return the bytes they held."""
         with self._lock:
             files, self._files = list(self._files.values()), {}
         for kept in files:
-            _release([fd for fd in (kept.fd, kept.direct_fd) if fd >= 0], kept.nbytes)
+            _release(kept.fds(), kept.nbytes)
         return sum(kept.nbytes for kept in files)
 
 
@@ -412,13 +415,12 @@ class FileStorage(Storage):
         self._cleanup()
 
     def _cleanup(self) -> None:
-        fds = [fd for fd in (self._fd, self._direct_fd) if fd >= 0]
         kept = _KeptFile(self._fd, self._direct_fd, self._backed)
         self._fd = self._direct_fd = -1
         if kept.nbytes and kept.fd >= 0 and self._keeps(kept.fd, kept.nbytes):
             _KEPT.keep((self._where, kept.direct_fd >= 0), kept)
         else:
-            _release(fds, kept.nbytes)
+            _release(kept.fds(), kept.nbytes)
         self._remove_made_root()
 
     @staticmethod
