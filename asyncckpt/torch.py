@@ -13,12 +13,16 @@ Imports torch; the rest of asyncckpt never imports this module.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
+from ._budget import engine_buffers
+from ._buffers import padded
+from ._options import parse_bytes
 from .checkpointer import AsyncCheckpointer
 from .errors import InvalidTypeError, InvalidValueError
 
@@ -286,20 +290,42 @@ def activation_shapes(layers: Sequence[Any], input: torch.Tensor) -> list[tuple[
     """(shape, dtype) of the input of each layer and of the last one's output, from a pass on
     torch's meta device (no data, no compute); a layer that cannot run there is run for real,
     without a graph, from that layer on."""
+    return _meta_pass(layers, input)[0]
+
+
+def _meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[list[tuple[Any, Any]],
+                                                                    list[int | None]]:
+    """:func:`activation_shapes`, and the bytes each layer's graph keeps for its backward
+    (the tensors autograd saves, each counted once, parameters not at all; None for a layer
+    run for real)."""
     from torch.func import functional_call
 
     shapes = [(input.shape, input.dtype)]
-    x = input.to("meta")
+    graph: list[int | None] = []
+    x = input.detach().to("meta").requires_grad_(input.is_floating_point())
     real: torch.Tensor | None = None
+    parameters: set[int] = set()
+    saved: dict[int, tuple[torch.Tensor, int]] = {}  # the tensors held, so ids stay theirs
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        base = tensor if tensor._base is None else tensor._base  # a view keeps its base
+        if id(base) not in parameters:
+            saved.setdefault(id(base), (base, base.numel() * base.element_size()))
+        return tensor
+
     for i, layer in enumerate(layers):
         if real is None:
+            before = len(saved)
             try:
-                if isinstance(layer, torch.nn.Module):
-                    state = {name: t.to("meta") for name, t in
-                             [*layer.named_parameters(), *layer.named_buffers()]}
-                    x = functional_call(layer, state, (x,))
-                else:
-                    x = layer(x)
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+                    if isinstance(layer, torch.nn.Module):
+                        state = {name: t.to("meta") for name, t in
+                                 [*layer.named_parameters(), *layer.named_buffers()]}
+                        parameters.update(map(id, state.values()))
+                        x = functional_call(layer, state, (x,))
+                    else:
+                        x = layer(x)
+                graph.append(sum(nbytes for _, nbytes in list(saved.values())[before:]))
             except (NotImplementedError, RuntimeError):
                 real = input
                 with torch.no_grad():
@@ -309,42 +335,93 @@ def activation_shapes(layers: Sequence[Any], input: torch.Tensor) -> list[tuple[
             with torch.no_grad():
                 real = layer(real)
             x = real
+            graph.append(None)
         if not isinstance(x, torch.Tensor):
             raise InvalidTypeError(f"layer {i} returned a {type(x).__name__}, expected a tensor")
         shapes.append((x.shape, x.dtype))
-    return shapes
+    return shapes, graph
+
+
+def segment_starts(graph: Sequence[int], segments: int | None, most: int | None) -> list[int]:
+    """Where each segment of a stack of layers begins, and the number of layers at the end.
+
+    Parameters
+    ----------
+    graph
+        The bytes each layer's graph keeps for its backward.
+    segments
+        That many segments, of equal numbers of layers (as ``torch.utils.checkpoint``'s
+        ``checkpoint_sequential`` splits); None: runs of layers whose graphs add up to at most
+        ``most`` bytes (a layer alone where it keeps more), and at least sqrt(layers) of them,
+        so that a segment's graph is at most the share of the whole that torch's advice
+        gives.
+    """
+    n = len(graph)
+    if segments is not None:
+        if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+            raise InvalidValueError(f"segments must be a positive int or None, got {segments!r}")
+        count = min(segments, n)
+        return [n * k // count for k in range(count)] + [n]
+    cap = -(-sum(graph) // (math.isqrt(n - 1) + 1))  # ceil(total / ceil(sqrt(n)))
+    if most is not None:
+        cap = min(cap, most)
+    starts, held = [0], 0
+    for t, nbytes in enumerate(graph):
+        if t > starts[-1] and held + nbytes > cap:
+            starts.append(t)
+            held = 0
+        held += nbytes
+    return starts + [n]
 
 
 class _Sequential:
-    """A stack of layers as a run of asyncckpt: u_t is layer t's input, stored as bytes in one
-    buffer the size of the largest activation (states of different sizes)."""
+    """A stack of layers as a run of asyncckpt: a step is a segment of consecutive layers, and
+    u_s the input of segment s, stored as bytes in one buffer the size of the largest (states
+    of different sizes). The backward of a segment runs its layers again under enable_grad and
+    back-propagates through them in one call, as ``torch.utils.checkpoint`` does; the segments
+    are as long as ``memory_budget`` lets their graphs be, beside the checkpoints."""
 
     name = "checkpoint_sequential"
 
-    def __init__(self, layers: Sequence[Any], input: torch.Tensor, options: dict[str, Any]) -> None:
+    def __init__(self, layers: Sequence[Any], input: torch.Tensor, segments: int | None,
+                 options: dict[str, Any]) -> None:
         self.layers = list(layers)
-        self.shapes = activation_shapes(self.layers, input)
-        self.sizes = [torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-                      for shape, dtype in self.shapes]
+        self.shapes, graph = _meta_pass(self.layers, input)
+        sizes = [torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+                 for shape, dtype in self.shapes]
+        # a layer run for real, off the meta device: its input and output, as a bound
+        graph = [sizes[t] + sizes[t + 1] if g is None else g for t, g in enumerate(graph)]
+        budget = options.get("memory_budget")
+        if budget is None and "l1_slots" not in options:
+            from .compat import default_budget
+            budget = default_budget(max(sizes))
+        most = None
+        if budget is not None:
+            budget = parse_bytes("memory_budget", budget)
+            # the checkpoints keep at least half, and what the engine needs beside one slot
+            kept = max(budget // 2, (engine_buffers() + 1) * padded(max(sizes)))
+            most = max(budget - kept, 0)
+            options["memory_budget"] = budget - most
+        self.starts = segment_starts(graph, segments, most)
+        self.sizes = [sizes[t] for t in self.starts]
         self.size, self.dtype = max(self.sizes), torch.uint8  # the descriptor's: the largest
         self.buffer = torch.empty(self.size, dtype=torch.uint8, device=input.device)
         self.view(0).copy_(input)
         self.arrays = self.buffer if input.device.type != "cpu" else self.buffer.numpy()
-        self.params = [closed_over_parameters(layer) for layer in self.layers]
+        self.params = [list({id(p): p for t in range(begin, end)
+                             for p in closed_over_parameters(self.layers[t])}.values())
+                       for begin, end in zip(self.starts, self.starts[1:])]
         self.flat_params = list({id(p): p for ps in self.params for p in ps}.values())
         self.index = {id(p): k for k, p in enumerate(self.flat_params)}
         self.adjoint: torch.Tensor | None = None
         self.grad_params: list[torch.Tensor | None] = []
-        if "memory_budget" not in options and "l1_slots" not in options:
-            from .compat import default_budget
-            options["memory_budget"] = default_budget(self.size)
         self.checkpointer = AsyncCheckpointer(self, _Forward(self), _Reverse(self),
-                                              len(self.layers), taping=False, **options)
+                                              len(self.starts) - 1, taping=False, **options)
 
-    def view(self, t: int) -> torch.Tensor:
-        """The live activation u_t: the buffer's first bytes, as layer t's input."""
-        shape, dtype = self.shapes[t]
-        return self.buffer[:self.sizes[t]].view(dtype).view(shape)
+    def view(self, s: int) -> torch.Tensor:
+        """The live activation u_s: the buffer's first bytes, as segment s's input."""
+        shape, dtype = self.shapes[self.starts[s]]
+        return self.buffer[:self.sizes[s]].view(dtype).view(shape)
 
     # the checkpoint descriptor asyncckpt reads: u_0 at the descriptor's size, as it checks
     def get_data(self, timestep: int) -> list[Any]:
@@ -353,37 +430,38 @@ class _Sequential:
     def get_data_location(self, timestep: int) -> list[Any]:
         return self.get_data(timestep)
 
-    def output(self, t: int) -> torch.Tensor:
-        """Layer t on the live u_t, checked against the shape its first pass gave."""
-        output = self.layers[t](self.view(t))
-        shape, dtype = self.shapes[t + 1]
-        if not isinstance(output, torch.Tensor) or output.shape != shape \
-                or output.dtype != dtype:
-            raise InvalidValueError(
-                f"layer {t} returned {getattr(output, 'shape', type(output).__name__)}, "
-                f"{getattr(output, 'dtype', '')}; its first pass returned {tuple(shape)}, {dtype}")
-        return output
+    def segment(self, s: int, x: torch.Tensor) -> torch.Tensor:
+        """Segment s's layers on ``x``, each output checked against the shape its first pass
+        gave."""
+        for t in range(self.starts[s], self.starts[s + 1]):
+            x = self.layers[t](x)
+            shape, dtype = self.shapes[t + 1]
+            if not isinstance(x, torch.Tensor) or x.shape != shape or x.dtype != dtype:
+                raise InvalidValueError(
+                    f"layer {t} returned {getattr(x, 'shape', type(x).__name__)}, "
+                    f"{getattr(x, 'dtype', '')}; its first pass returned {tuple(shape)}, {dtype}")
+        return x
 
     def advance(self, start: int, end: int) -> None:
-        for t in range(start, end):
+        for s in range(start, end):
             with torch.no_grad():
-                output = self.output(t)
+                output = self.segment(s, self.view(s))
                 if output.untyped_storage().data_ptr() == \
                         self.buffer.untyped_storage().data_ptr():
                     output = output.clone()  # a view of its input (a reshape, say)
-                self.view(t + 1).copy_(output)
+                self.view(s + 1).copy_(output)
 
-    def reverse(self, t: int) -> None:
-        floating = self.shapes[t][1].is_floating_point
+    def reverse(self, s: int) -> None:
+        floating = self.shapes[self.starts[s]][1].is_floating_point
         with torch.enable_grad():
-            inputs = self.view(t).detach().requires_grad_(floating)
-            output = self.layers[t](inputs)
-            wanted = ([inputs] if floating else []) + self.params[t]
+            inputs = self.view(s).detach().requires_grad_(floating)
+            output = self.segment(s, inputs)
+            wanted = ([inputs] if floating else []) + self.params[s]
             got = torch.autograd.grad(output, wanted, self.adjoint, allow_unused=True) \
                 if output.requires_grad and wanted else [None] * len(wanted)
         self.adjoint = got[0] if floating else None
-        for parameter, grad in zip(self.params[t], got[1:] if floating else got):
-            if grad is not None:  # summed from the last layer down, as autograd sums them
+        for parameter, grad in zip(self.params[s], got[1:] if floating else got):
+            if grad is not None:  # summed from the last segment down, as autograd sums them
                 k = self.index[id(parameter)]
                 total = self.grad_params[k]
                 if total is None:
@@ -393,11 +471,12 @@ class _Sequential:
 
     def forward_outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         self.input_needs_grad = inputs[0].requires_grad
-        return (self.view(len(self.layers)).clone(),)
+        return (self.view(len(self.starts) - 1).clone(),)
 
     def backward(self, grads: Sequence[torch.Tensor | None]) -> tuple[Any, ...]:
         (grad,) = grads
-        self.adjoint = grad if grad is not None else torch.zeros_like(self.view(len(self.layers)))
+        last = self.view(len(self.starts) - 1)
+        self.adjoint = grad if grad is not None else torch.zeros_like(last)
         self.grad_params = [None] * len(self.flat_params)
         self.checkpointer.apply_reverse()
         grads_out = (self.adjoint if self.input_needs_grad else None, *self.grad_params)
@@ -407,20 +486,29 @@ class _Sequential:
 
 
 def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input: torch.Tensor,
-                          *, memory_budget: int | str | None = None, storage: Any = None,
+                          *, segments: int | None = None,
+                          memory_budget: int | str | None = None, storage: Any = None,
                           interval: int | str = "auto", **options: Any) -> torch.Tensor:
     """``functions`` applied in turn to ``input``, back-propagated by asyncckpt in bounded memory.
 
-    Each layer is a step; the activations between layers may differ in shape and size (each is
-    stored at its own size in a budget sized for the largest). The shapes come first from a
-    pass on torch's meta device. Layers must be deterministic and keep no state across calls
-    (dropout, batch norm in training mode: as with ``torch.utils.checkpoint``).
+    The stack is cut into segments of consecutive layers; the input of each is a state that
+    asyncckpt checkpoints (every I-th to Level-2, Revolve in between), and the backward runs a
+    segment's layers again under enable_grad and back-propagates through them in one call, as
+    ``torch.utils.checkpoint.checkpoint_sequential`` does. The inputs of segments may differ in
+    shape and size (each is stored at its own size in a budget sized for the largest). The
+    shapes, and the bytes each layer's graph keeps, come first from a pass on torch's meta
+    device. Layers must be deterministic and keep no state across calls (dropout, batch norm
+    in training mode: as with ``torch.utils.checkpoint``).
 
     Parameters
     ----------
     functions : nn.Sequential or sequence of modules or callables
         Each takes the previous one's output tensor and returns one tensor.
     input : tensor
+    segments : int, optional
+        That many segments of equal numbers of layers. Default: from the budget, which covers
+        the checkpoints and one segment's graph: segments whose graphs take at most half of it
+        (the checkpoints keep the rest), and at least sqrt(layers) segments.
     memory_budget, storage, interval, **options
         As :func:`checkpoint_scan`'s.
 
@@ -437,7 +525,8 @@ def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input:
         raise InvalidTypeError(f"input must be a tensor, got a {type(input).__name__}")
     if memory_budget is not None:
         options["memory_budget"] = memory_budget
-    run = _Sequential(layers, input, {"storage": storage, "interval": interval, **options})
+    run = _Sequential(layers, input, segments,
+                      {"storage": storage, "interval": interval, **options})
     (output,) = _Checkpointed.apply(run, input, *run.flat_params)
     if not output.requires_grad:
         run.checkpointer.close()

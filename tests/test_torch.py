@@ -274,3 +274,68 @@ def test_sequential_bad_input_and_backward_twice():
     out.sum().backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="checkpoint_sequential a second time"):
         out.sum().backward()
+
+
+# -- checkpoint_sequential's segments: a step is a run of layers, back-propagated in one call
+
+
+def test_segments_split_the_layers_as_asked_or_by_the_bytes_their_graphs_keep():
+    from asyncckpt.torch import segment_starts
+
+    assert segment_starts([5] * 10, 3, None) == [0, 3, 6, 10]  # torch's even split
+    assert segment_starts([5] * 10, 20, None) == list(range(11))  # a layer a segment at most
+    # at most 12 bytes of graph a segment; a layer keeping more is a segment alone
+    assert segment_starts([4, 4, 4, 4, 30, 4], None, 12) == [0, 3, 4, 5, 6]
+    # without a budget, sqrt(layers) segments of equal graphs
+    assert segment_starts([1] * 100, None, None) == list(range(0, 101, 10))
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="segments must be a positive int or None"):
+            segment_starts([1, 1], bad, None)
+
+
+def test_the_meta_pass_counts_what_each_layer_keeps_for_its_backward():
+    from asyncckpt.torch import _meta_pass
+
+    layers = [torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)]
+    shapes, graph = _meta_pass(layers, torch.randn(4, 8))
+    assert [tuple(shape) for shape, _ in shapes] == [(4, 8), (4, 16), (4, 16), (4, 2)]
+    # the first Linear keeps its input (128 bytes), tanh its output (256), and the second
+    # Linear that same output again: counted once; parameters and their views never
+    assert graph == [4 * 8 * 4, 4 * 16 * 4, 0]
+
+
+@pytest.mark.parametrize("segments", [1, 3, 8, None])
+def test_segments_of_any_length_get_autograds_gradients(segments):
+    from asyncckpt.torch import checkpoint_sequential
+
+    torch.manual_seed(3)
+    shared = torch.nn.Linear(32, 32)  # twice in one segment or in two
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), shared, torch.nn.ReLU(),
+                              shared, torch.nn.Tanh(), torch.nn.Linear(32, 4), torch.nn.Tanh())
+    x = torch.randn(5, 16, requires_grad=True)
+    tensors = [x, *net.parameters()]
+    reference = sequential_gradients(lambda: net(x), tensors)
+    ours = sequential_gradients(
+        lambda: checkpoint_sequential(net, x, segments=segments, l1_slots=1, interval=1),
+        tensors)
+    assert_bitwise(ours, reference)
+
+
+def test_a_budget_holds_the_checkpoints_and_one_segments_graph():
+    from asyncckpt.torch import _meta_pass, checkpoint_sequential
+
+    torch.manual_seed(4)
+    net = torch.nn.Sequential(*[layer for _ in range(12)
+                                for layer in (torch.nn.Linear(256, 256), torch.nn.Tanh())])
+    x = torch.randn(64, 256, requires_grad=True)  # 64 KiB activations
+    budget = 2**20
+    out = checkpoint_sequential(net, x, memory_budget=budget)
+    run = out.grad_fn.run
+    _, graph = _meta_pass(list(net), x)
+    held = [sum(graph[a:b]) for a, b in zip(run.starts, run.starts[1:])]
+    # the checkpoints keep half the budget, the longest segment's graph fits in the other
+    assert run.checkpointer.memory_budget == budget // 2
+    assert max(held) <= budget // 2 and len(held) < len(net)
+    tensors = [x, *net.parameters()]
+    ours = sequential_gradients(lambda: out, tensors)
+    assert_bitwise(ours, sequential_gradients(lambda: net(x), tensors))
