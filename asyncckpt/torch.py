@@ -108,7 +108,8 @@ class _Scan:
 
     def __init__(self, step: Callable[..., Any], carry_spec: Any, carry: Sequence[torch.Tensor],
                  xs_spec: Any, xs: Sequence[torch.Tensor], n: int,
-                 params: Sequence[torch.Tensor], options: dict[str, Any]) -> None:
+                 params: Sequence[torch.Tensor], segments: int | None,
+                 options: dict[str, Any]) -> None:
         self.step, self.carry_spec, self.xs_spec, self.n = step, carry_spec, xs_spec, n
         self.xs, self.params = list(xs), list(params)
         self.xs_data = [x.detach() for x in self.xs]  # indexed per step without a graph
@@ -122,12 +123,14 @@ class _Scan:
         self.grad_xs: list[torch.Tensor | None] = []
         self.grad_params: list[torch.Tensor | None] = []
         self.carry_needs_grad: list[bool] = []
-        if "memory_budget" not in options and "l1_slots" not in options:
-            from .compat import default_budget
-            itemsize = torch.empty((), dtype=self.live.dtype).element_size()
-            options["memory_budget"] = default_budget(self.live.size * itemsize)
+        itemsize = torch.empty((), dtype=self.live.dtype).element_size()
+        most = graph_share(self.live.size * itemsize, options)
+        # a step's graph, measured on step 0 where the budget bounds a segment's
+        graph = 1 if most is None or segments is not None else max(self.graph_bytes(), 1)
+        self.starts = segment_starts([graph] * n, segments, most)
         self.checkpointer = AsyncCheckpointer(
-            self.live, _Forward(self), _Reverse(self), n, taping=False, **options)
+            self.live, _Forward(self), _Reverse(self), len(self.starts) - 1, taping=False,
+            **options)
 
     name = "checkpoint_scan"
 
@@ -187,9 +190,29 @@ class _Scan:
                                     f"returned {self.y_spec}")
         return new_leaves, y_leaves
 
+    def graph_bytes(self) -> int:
+        """The bytes step 0's graph keeps for its backward (the tensors autograd saves, each
+        storage once; not the carry it was given, ``xs`` or the parameters): the step run once
+        more, from u_0, and its graph let go."""
+        outside = {t.untyped_storage().data_ptr()
+                   for t in [*self.live.tensors, *self.xs_data, *self.params]}
+        saved: dict[int, int] = {}
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            storage = tensor.untyped_storage()
+            if storage.data_ptr() not in outside:
+                saved.setdefault(storage.data_ptr(), storage.nbytes())
+            return tensor
+
+        inputs = [leaf.detach().requires_grad_(leaf.is_floating_point())
+                  for leaf in self.live.tensors]
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            self.call(0, pytree.tree_unflatten(inputs, self.carry_spec), self.x(0, grad=True))
+        return sum(saved.values())
+
     def advance(self, start: int, end: int) -> None:
         live = self.live.tensors
-        for t in range(start, end):
+        for t in range(self.starts[start], self.starts[end]):
             with torch.no_grad():
                 new, y = self.call(t, pytree.tree_unflatten(list(live), self.carry_spec),
                                    self.x(t))
@@ -202,42 +225,50 @@ class _Scan:
                 for target, leaf in zip(live, new):
                     target.copy_(leaf)
 
-    def reverse(self, t: int) -> None:
-        """Step t again under enable_grad from u_t (live), and its adjoint into the carry's,
-        ``xs[t]``'s and the parameters'."""
+    def reverse(self, s: int) -> None:
+        """Segment s's steps again under enable_grad from its first carry (live), and one
+        backward through them into the carry's, ``xs``'s and the parameters' adjoints."""
+        begin, end = self.starts[s], self.starts[s + 1]
         with torch.enable_grad():
             # every floating leaf: carries after u_0 depend on xs and the parameters
             inputs = [leaf.detach().requires_grad_(leaf.is_floating_point())
                       for leaf in self.live.tensors]
-            x = self.x(t, grad=True)
-            new, y = self.call(t, pytree.tree_unflatten(inputs, self.carry_spec), x)
-            outputs, seeds = [], []
-            for leaf, seed in zip([*new, *y], [*self.adjoint,
-                                               *(g[t] if g is not None else None
-                                                 for g in self.grad_ys)]):
+            carry, outputs, seeds, x_leaves = inputs, [], [], []
+            for t in range(begin, end):
+                x = self.x(t, grad=True)
+                x_leaves.append(pytree.tree_leaves(x) if x is not None else [])
+                carry, y = self.call(t, pytree.tree_unflatten(carry, self.carry_spec), x)
+                for leaf, grads in zip(y, self.grad_ys):
+                    if grads is not None and leaf.requires_grad:
+                        outputs.append(leaf)
+                        seeds.append(grads[t])
+            for leaf, seed in zip(carry, self.adjoint):
                 if seed is not None and leaf.requires_grad:
                     outputs.append(leaf)
                     seeds.append(seed)
-            x_leaves = pytree.tree_leaves(x) if x is not None else []
-            wrt = [*inputs, *x_leaves, *self.params]
+            # Each parameter's sum so far enters its gradient first, through an identity made
+            # last (autograd runs it first): the later steps' parts are then added one by one,
+            # in the order plain autograd adds them, so the sums are its own to the last bit.
+            for parameter, total in zip(self.params, self.grad_params):
+                if total is not None and parameter.requires_grad:
+                    outputs.append(parameter.view_as(parameter))
+                    seeds.append(total)
+            wrt = [*inputs, *(leaf for leaves in x_leaves for leaf in leaves), *self.params]
             wanted = [leaf for leaf in wrt if leaf.requires_grad]
             grads = iter(torch.autograd.grad(outputs, wanted, seeds, allow_unused=True)
                          if outputs and wanted else [None] * len(wanted))
             got = [next(grads) if leaf.requires_grad else None for leaf in wrt]
-        nc, nx = len(inputs), len(x_leaves)
+        nc, nx = len(inputs), len(self.xs)
         self.adjoint = got[:nc]
-        for j, grad in enumerate(got[nc:nc + nx]):
+        for i, t in enumerate(range(begin, end)):
+            for j, grad in enumerate(got[nc + i * nx:nc + (i + 1) * nx]):
+                if grad is not None:
+                    target = self.grad_xs[j]
+                    assert target is not None
+                    target[t] = grad
+        for k, grad in enumerate(got[nc + (end - begin) * nx:]):
             if grad is not None:
-                target = self.grad_xs[j]
-                assert target is not None
-                target[t] = grad
-        for k, grad in enumerate(got[nc + nx:]):
-            if grad is not None:  # summed from step n - 1 down, as autograd sums them
-                total = self.grad_params[k]
-                if total is None:
-                    self.grad_params[k] = grad.clone()
-                else:
-                    total.add_(grad)
+                self.grad_params[k] = grad
 
 
 class _Forward:
@@ -342,6 +373,25 @@ def _meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[list[tuple[A
     return shapes, graph
 
 
+def graph_share(nbytes: int, options: dict[str, Any]) -> int | None:
+    """How many bytes of ``memory_budget`` (in ``options``; by default a quarter of the
+    available memory, unless ``l1_slots`` is given) one segment's graph may take beside
+    checkpoints of ``nbytes``: half, or what the checkpoints leave of it beside the engine's
+    buffers and one slot. ``options["memory_budget"]`` becomes the checkpoints' share. None
+    where no budget is given."""
+    budget = options.get("memory_budget")
+    if budget is None:
+        if "l1_slots" in options:
+            return None
+        from .compat import default_budget
+        budget = default_budget(nbytes)
+    budget = parse_bytes("memory_budget", budget)
+    kept = max(budget // 2, (engine_buffers() + 1) * padded(nbytes))
+    most = max(budget - kept, 0)
+    options["memory_budget"] = budget - most
+    return most
+
+
 def segment_starts(graph: Sequence[int], segments: int | None, most: int | None) -> list[int]:
     """Where each segment of a stack of layers begins, and the number of layers at the end.
 
@@ -391,18 +441,7 @@ class _Sequential:
                  for shape, dtype in self.shapes]
         # a layer run for real, off the meta device: its input and output, as a bound
         graph = [sizes[t] + sizes[t + 1] if g is None else g for t, g in enumerate(graph)]
-        budget = options.get("memory_budget")
-        if budget is None and "l1_slots" not in options:
-            from .compat import default_budget
-            budget = default_budget(max(sizes))
-        most = None
-        if budget is not None:
-            budget = parse_bytes("memory_budget", budget)
-            # the checkpoints keep at least half, and what the engine needs beside one slot
-            kept = max(budget // 2, (engine_buffers() + 1) * padded(max(sizes)))
-            most = max(budget - kept, 0)
-            options["memory_budget"] = budget - most
-        self.starts = segment_starts(graph, segments, most)
+        self.starts = segment_starts(graph, segments, graph_share(max(sizes), options))
         self.sizes = [sizes[t] for t in self.starts]
         self.size, self.dtype = max(self.sizes), torch.uint8  # the descriptor's: the largest
         self.buffer = torch.empty(self.size, dtype=torch.uint8, device=input.device)
@@ -535,8 +574,9 @@ def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input:
 
 def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any = None, *,
                     n_steps: int | None = None, params: Sequence[torch.Tensor] | None = None,
-                    memory_budget: int | str | None = None, storage: Any = None,
-                    interval: int | str = "auto", **options: Any) -> tuple[Any, Any]:
+                    segments: int | None = None, memory_budget: int | str | None = None,
+                    storage: Any = None, interval: int | str = "auto",
+                    **options: Any) -> tuple[Any, Any]:
     """Scan ``step`` over ``xs`` (or ``n_steps`` times), reversed by asyncckpt in bounded memory.
 
     Parameters
@@ -555,10 +595,16 @@ def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs:
     params : sequence of tensors, optional
         The tensors to differentiate beside ``carry`` and ``xs``; default: those ``step``
         closes over (see :func:`closed_over_parameters`).
+    segments : int, optional
+        The steps are cut into segments of consecutive steps, each a step of asyncckpt (its
+        first carry the state checkpointed); the backward runs a segment's steps again under
+        enable_grad and back-propagates through them in one call. That many segments of equal
+        length; default: from the budget, which covers the checkpoints and one segment's graph:
+        segments whose graphs (step 0's, measured once more) take at most half of it, and at
+        least sqrt(n) segments.
     memory_budget, storage, interval, **options
         As :class:`~asyncckpt.AsyncCheckpointer`'s (default budget: a quarter of the available
-        memory; Level-2 beyond it in the temporary directory). The taping-free protocol is used:
-        each reverse step re-runs its own step.
+        memory; Level-2 beyond it in the temporary directory). The taping-free protocol is used.
 
     Returns
     -------
@@ -592,7 +638,7 @@ def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs:
             raise InvalidTypeError(f"params[{k}] is a {type(p).__name__}, expected a tensor")
     if memory_budget is not None:
         options["memory_budget"] = memory_budget
-    scan = _Scan(step, carry_spec, carry_leaves, xs_spec, xs_leaves, n, params,
+    scan = _Scan(step, carry_spec, carry_leaves, xs_spec, xs_leaves, n, params, segments,
                  {"storage": storage, "interval": interval, **options})
     outputs = _Checkpointed.apply(scan, *carry_leaves, *xs_leaves, *params)
     if not any(out.requires_grad for out in outputs):

@@ -339,3 +339,50 @@ def test_a_budget_holds_the_checkpoints_and_one_segments_graph():
     tensors = [x, *net.parameters()]
     ours = sequential_gradients(lambda: out, tensors)
     assert_bitwise(ours, sequential_gradients(lambda: net(x), tensors))
+
+
+@pytest.mark.parametrize("segments", [1, 4, 40])
+def test_scan_segments_of_any_length_get_autograds_gradients(segments):
+    torch.manual_seed(5)
+    cell = torch.nn.GRUCell(8, 8)
+    xs = torch.randn(40, 2, 8, requires_grad=True)
+    params = [*cell.parameters(), xs]
+
+    def step(h, x):
+        h = cell(x, h)
+        return h, h.square().sum()
+
+    def loss_of(scan):
+        def run():
+            h0 = torch.zeros(2, 8)
+            if scan:
+                h, ys = checkpoint_scan(step, h0, xs, segments=segments, l1_slots=1,
+                                        interval=1)
+            else:
+                h, ys = scan_plain(step, h0, xs, 40)
+            return h.sum() + ys.sum()
+        return run
+
+    assert_bitwise(gradients(loss_of(True), params)[1], gradients(loss_of(False), params)[1])
+
+
+def test_scan_segments_hold_as_many_step_graphs_as_half_the_budget_takes():
+    torch.manual_seed(6)
+    w = torch.randn(64, 64, requires_grad=True)
+    h0 = torch.randn(64, 64)
+
+    def step(h, x):  # its graph keeps h (the previous step's output) and tanh's output
+        return torch.tanh(h @ w), None
+
+    h, _ = checkpoint_scan(step, h0, n_steps=1000, memory_budget="1MiB")
+    scan = h.grad_fn.run
+    # step 0 keeps tanh's output, 16 KiB; the carry it was given is the checkpoint's
+    assert scan.graph_bytes() == 64 * 64 * 4
+    # half the budget for a segment's graph, the other half for the checkpoints; at least
+    # sqrt(1000) segments
+    assert scan.checkpointer.memory_budget == 2**19
+    lengths = [b - a for a, b in zip(scan.starts, scan.starts[1:])]
+    assert max(lengths) * 64 * 64 * 4 <= 2**19 and len(lengths) >= 32 and sum(lengths) == 1000
+    (ours,) = gradients(lambda: h.sum(), [w])[1]
+    (reference,) = gradients(lambda: scan_plain(step, h0, None, 1000)[0].sum(), [w])[1]
+    assert ours.numpy().tobytes() == reference.numpy().tobytes()
