@@ -130,7 +130,7 @@ class _Scan:
         self.starts = segment_starts([graph] * n, segments, most)
         self.checkpointer = AsyncCheckpointer(
             self.live, _Forward(self), _Reverse(self), len(self.starts) - 1, taping=False,
-            **options)
+            **in_segments(options, len(self.starts) - 1))
 
     name = "checkpoint_scan"
 
@@ -392,6 +392,15 @@ def graph_share(nbytes: int, options: dict[str, Any]) -> int | None:
     return most
 
 
+def in_segments(options: dict[str, Any], count: int) -> dict[str, Any]:
+    """``options`` for a checkpointer whose steps are ``count`` segments: a fixed interval
+    (which counts segments) at most the run."""
+    interval = options.get("interval")
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval > count:
+        return {**options, "interval": count}
+    return options
+
+
 def segment_starts(graph: Sequence[int], segments: int | None, most: int | None) -> list[int]:
     """Where each segment of a stack of layers begins, and the number of layers at the end.
 
@@ -455,7 +464,8 @@ class _Sequential:
         self.adjoint: torch.Tensor | None = None
         self.grad_params: list[torch.Tensor | None] = []
         self.checkpointer = AsyncCheckpointer(self, _Forward(self), _Reverse(self),
-                                              len(self.starts) - 1, taping=False, **options)
+                                              len(self.starts) - 1, taping=False,
+                                              **in_segments(options, len(self.starts) - 1))
 
     def view(self, s: int) -> torch.Tensor:
         """The live activation u_s: the buffer's first bytes, as segment s's input."""

@@ -386,3 +386,20 @@ def test_scan_segments_hold_as_many_step_graphs_as_half_the_budget_takes():
     (ours,) = gradients(lambda: h.sum(), [w])[1]
     (reference,) = gradients(lambda: scan_plain(step, h0, None, 1000)[0].sum(), [w])[1]
     assert ours.numpy().tobytes() == reference.numpy().tobytes()
+
+
+@pytest.mark.parametrize("segments", [1, 7, 200, None])
+def test_a_weight_used_twice_a_step_sums_as_autograd_does(segments):
+    torch.manual_seed(1)
+    w = torch.randn(16, 16, requires_grad=True)
+    xs = torch.randn(200, 4, 16)
+
+    def step(h, x):
+        return torch.tanh(torch.tanh(h @ w + x) @ w * 0.5), None
+
+    (reference,) = gradients(lambda: scan_plain(step, torch.ones(4, 16), xs, 200)[0].sum(),
+                             [w])[1]
+    # interval 3 is longer than one segment's run: it becomes the run's length
+    (ours,) = gradients(lambda: checkpoint_scan(step, torch.ones(4, 16), xs, segments=segments,
+                                                l1_slots=2, interval=3)[0].sum(), [w])[1]
+    assert ours.numpy().tobytes() == reference.numpy().tobytes()
