@@ -41,6 +41,39 @@ def _leaves(tree: Any, what: str) -> tuple[list[torch.Tensor], Any]:
     return leaves, spec
 
 
+class _Tree:
+    """A pytree structure, flattened and rebuilt with fast paths for a tensor and a tuple or
+    list of tensors (the usual carries and inputs): pytree's general calls cost more than a
+    small step."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        self.kind: Any = None  # None: pytree's general calls
+        if spec is not None and spec.is_leaf():
+            self.kind = torch.Tensor
+        elif spec is not None and spec.type in (tuple, list) \
+                and all(child.is_leaf() for child in spec.children()):
+            self.kind = spec.type
+        self.count = 0 if spec is None else spec.num_leaves
+
+    def unflatten(self, leaves: Sequence[torch.Tensor]) -> Any:
+        if self.kind is torch.Tensor:
+            return leaves[0]
+        if self.kind is not None:
+            return self.kind(leaves)
+        return pytree.tree_unflatten(list(leaves), self.spec)
+
+    def leaves(self, tree: Any) -> list[torch.Tensor] | None:
+        """``tree``'s leaves where it has this structure with tensors for leaves, by a fast
+        path; else None (flatten it in full)."""
+        if self.kind is torch.Tensor:
+            return [tree] if isinstance(tree, torch.Tensor) else None
+        if self.kind is not None and type(tree) is self.kind and len(tree) == self.count \
+                and all(isinstance(leaf, torch.Tensor) for leaf in tree):
+            return list(tree)
+        return None
+
+
 def closed_over_parameters(step: Callable[..., Any]) -> list[torch.Tensor]:
     """The tensors that require grad which ``step`` reaches: an ``nn.Module``'s parameters and
     tensors, as ``step`` itself, its ``__self__``, a ``functools.partial``'s function and
@@ -111,6 +144,8 @@ class _Scan:
                  params: Sequence[torch.Tensor], segments: int | None,
                  options: dict[str, Any]) -> None:
         self.step, self.carry_spec, self.xs_spec, self.n = step, carry_spec, xs_spec, n
+        self.carry_tree, self.xs_tree = _Tree(carry_spec), _Tree(xs_spec)
+        self.y_tree: _Tree | None = None
         self.xs, self.params = list(xs), list(params)
         self.xs_data = [x.detach() for x in self.xs]  # indexed per step without a graph
         self.live = _Live(carry)
@@ -162,7 +197,7 @@ class _Scan:
     def x(self, t: int, grad: bool = False) -> Any:
         leaves = [data[t].requires_grad_() if grad and x.requires_grad else data[t]
                   for x, data in zip(self.xs, self.xs_data)]
-        return pytree.tree_unflatten(leaves, self.xs_spec) if self.xs_spec is not None else None
+        return self.xs_tree.unflatten(leaves) if self.xs_spec is not None else None
 
     def call(self, t: int, carry: Any, x: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """``step(carry, x)``, its carry checked against the one it was given."""
@@ -171,23 +206,27 @@ class _Scan:
             raise InvalidTypeError(f"step {t} returned a {type(result).__name__}, expected a "
                                    "pair (carry_next, y)")
         new, y = result
-        new_leaves, new_spec = _leaves(new, f"the carry step {t} returned:")
-        if new_spec != self.carry_spec:
-            raise InvalidValueError(f"step {t} returned a carry of structure {new_spec}, it was "
-                                    f"given {self.carry_spec}")
+        new_leaves = self.carry_tree.leaves(new)
+        if new_leaves is None:
+            new_leaves, new_spec = _leaves(new, f"the carry step {t} returned:")
+            if new_spec != self.carry_spec:
+                raise InvalidValueError(f"step {t} returned a carry of structure {new_spec}, it "
+                                        f"was given {self.carry_spec}")
         for i, (leaf, (shape, dtype, device)) in enumerate(zip(new_leaves, self.shapes)):
             if leaf.shape != shape or leaf.dtype != dtype or leaf.device != device:
                 raise InvalidValueError(
                     f"step {t} returned carry leaf {i} of shape {tuple(leaf.shape)}, "
                     f"{leaf.dtype} on {leaf.device}; it was given {tuple(shape)}, {dtype} "
                     f"on {device}")
-        y_leaves, y_spec = _leaves(y, f"the output step {t} returned:") if y is not None \
-            else ([], None)
-        if self.y_spec is _UNSET:
-            self.y_spec = y_spec
-        elif y_spec != self.y_spec:
-            raise InvalidValueError(f"step {t} returned an output of structure {y_spec}, step 0 "
-                                    f"returned {self.y_spec}")
+        y_leaves = None if y is None or self.y_tree is None else self.y_tree.leaves(y)
+        if y_leaves is None:
+            y_leaves, y_spec = _leaves(y, f"the output step {t} returned:") if y is not None \
+                else ([], None)
+            if self.y_spec is _UNSET:
+                self.y_spec, self.y_tree = y_spec, _Tree(y_spec)
+            elif y_spec != self.y_spec:
+                raise InvalidValueError(f"step {t} returned an output of structure {y_spec}, "
+                                        f"step 0 returned {self.y_spec}")
         return new_leaves, y_leaves
 
     def graph_bytes(self) -> int:
@@ -207,14 +246,14 @@ class _Scan:
         inputs = [leaf.detach().requires_grad_(leaf.is_floating_point())
                   for leaf in self.live.tensors]
         with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            self.call(0, pytree.tree_unflatten(inputs, self.carry_spec), self.x(0, grad=True))
+            self.call(0, self.carry_tree.unflatten(inputs), self.x(0, grad=True))
         return sum(saved.values())
 
     def advance(self, start: int, end: int) -> None:
         live = self.live.tensors
         for t in range(self.starts[start], self.starts[end]):
             with torch.no_grad():
-                new, y = self.call(t, pytree.tree_unflatten(list(live), self.carry_spec),
+                new, y = self.call(t, self.carry_tree.unflatten(live),
                                    self.x(t))
                 if self.recording:
                     if self.ys is None:
@@ -236,8 +275,9 @@ class _Scan:
             carry, outputs, seeds, x_leaves = inputs, [], [], []
             for t in range(begin, end):
                 x = self.x(t, grad=True)
-                x_leaves.append(pytree.tree_leaves(x) if x is not None else [])
-                carry, y = self.call(t, pytree.tree_unflatten(carry, self.carry_spec), x)
+                x_leaves.append(self.xs_tree.leaves(x) or pytree.tree_leaves(x)
+                                if x is not None else [])
+                carry, y = self.call(t, self.carry_tree.unflatten(carry), x)
                 for leaf, grads in zip(y, self.grad_ys):
                     if grads is not None and leaf.requires_grad:
                         outputs.append(leaf)
