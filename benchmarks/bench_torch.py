@@ -8,7 +8,8 @@ cross-entropy, so the outputs are n scalars and memory is the method's own. Per 
   autograd (every step's graph kept), the forward sweep alone without a graph, and
   ``checkpoint_scan``; its floor is plain autograd plus one more forward sweep (each reverse step
   re-runs its step to build its graph, as ``torch.utils.checkpoint`` does); ``torch.utils.
-  checkpoint`` per step beside them.
+  checkpoint`` per step beside them, and over sqrt(n) chunks of steps (torch's advice for a
+  sequence: its memory is sqrt(n) carries and one chunk's graph).
 - **memory**, each method in its own process: peak RSS during the gradient (Linux's VmHWM,
   reset just before it) and its growth over the RSS just before it. ``checkpoint_scan`` holds carries within ``--budget`` bytes
   (Level-1 and DRAM Level-2), the rest in the temporary directory.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -78,6 +80,21 @@ def _run(method: str, n: int, budget: str) -> tuple[float, list[Any]]:
     if method == "checkpoint_scan":
         _, losses = checkpoint_scan(step, carry, xs, memory_budget=budget)
         losses.sum().backward()
+    elif method == "torch-checkpoint-chunks":  # sqrt(n) chunks of steps, torch's advice
+        chunk = math.isqrt(n - 1) + 1
+
+        def steps(begin: int, carry: Any) -> tuple[Any, Any]:
+            losses = []
+            for t in range(begin, min(begin + chunk, n)):
+                carry, loss = step(carry, (xs[0][t], xs[1][t]))
+                losses.append(loss)
+            return carry, torch.stack(losses)
+
+        parts = []
+        for begin in range(0, n, chunk):
+            carry, part = torch_checkpoint.checkpoint(steps, begin, carry, use_reentrant=False)
+            parts.append(part)
+        torch.cat(parts).sum().backward()
     else:
         losses = []
         for t in range(n):
@@ -150,8 +167,8 @@ def _memory(method: str, n: int, budget: str) -> dict[str, float]:
 
 
 def _times(n: int, repeats: int, budget: str, plain: bool) -> dict[str, Any]:
-    methods = ["checkpoint_scan"] + (["plain", "forward-no-grad", "torch-checkpoint"]
-                                     if plain else [])
+    methods = ["checkpoint_scan"] + (["plain", "forward-no-grad", "torch-checkpoint",
+                                      "torch-checkpoint-chunks"] if plain else [])
     times: dict[str, list[float]] = {m: [] for m in methods}
     equal = True
     for _ in range(repeats):
@@ -171,6 +188,8 @@ def _times(n: int, repeats: int, budget: str, plain: bool) -> dict[str, Any]:
                    scan_over_plain=round(median["checkpoint_scan"] / median["plain"], 3),
                    torch_checkpoint_over_scan=round(
                        median["torch-checkpoint"] / median["checkpoint_scan"], 3),
+                   torch_chunks_over_scan=round(
+                       median["torch-checkpoint-chunks"] / median["checkpoint_scan"], 3),
                    bitwise_equal_to_plain=equal)
     return out
 
@@ -227,7 +246,8 @@ def main() -> None:
         if plain:  # beyond --plain-max, memory only
             row.update(_times(n, args.repeats, args.budget, plain))
         row["memory"] = {}
-        for method in ["checkpoint_scan"] + (["plain", "torch-checkpoint"] if plain else []):
+        for method in ["checkpoint_scan", "torch-checkpoint-chunks"] + (
+                ["plain", "torch-checkpoint"] if plain else []):
             done = subprocess.run([sys.executable, __file__, "--budget", args.budget,
                                    "--batch", str(BATCH), "--hidden", str(HIDDEN),
                                    "--memory-of", method, str(n)],
