@@ -403,3 +403,45 @@ def test_a_weight_used_twice_a_step_sums_as_autograd_does(segments):
     (ours,) = gradients(lambda: checkpoint_scan(step, torch.ones(4, 16), xs, segments=segments,
                                                 l1_slots=2, interval=3)[0].sum(), [w])[1]
     assert ours.numpy().tobytes() == reference.numpy().tobytes()
+
+
+def test_a_second_call_on_the_same_stack_reuses_its_meta_pass(monkeypatch):
+    import asyncckpt.torch as asyncckpt_torch
+
+    passes = []
+    meta_pass = asyncckpt_torch._meta_pass
+    monkeypatch.setattr(asyncckpt_torch, "_meta_pass",
+                        lambda *args: passes.append(1) or meta_pass(*args))
+    torch.manual_seed(7)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8, requires_grad=True)
+    tensors = [x, *net.parameters()]
+    reference = sequential_gradients(lambda: net(x), tensors)
+    for _ in range(2):
+        ours = sequential_gradients(
+            lambda: asyncckpt_torch.checkpoint_sequential(net, x, l1_slots=1), tensors)
+        assert_bitwise(ours, reference)
+    assert len(passes) == 1
+    # another input shape, or a parameter of another shape, is another stack
+    asyncckpt_torch.checkpoint_sequential(net, torch.randn(5, 8), l1_slots=1)
+    net[2] = torch.nn.Linear(16, 6)
+    assert asyncckpt_torch.checkpoint_sequential(net, x, l1_slots=1).shape == (3, 6)
+    assert len(passes) == 3
+
+
+def test_a_layer_whose_output_changed_since_its_pass_runs_afresh():
+    from asyncckpt.torch import checkpoint_sequential
+
+    width = {"kept": 7}
+    w = torch.randn(10, 30, requires_grad=True)
+    layers = [lambda h: h @ w, torch.tanh, lambda h: h[:, :width["kept"]]]
+    x = torch.randn(4, 10)
+    assert checkpoint_sequential(layers, x, l1_slots=1).shape == (4, 7)
+    width["kept"] = 5  # nothing the cache keys on changed: the forward sweep finds it out
+    out = checkpoint_sequential(layers, x, l1_slots=1)
+    assert out.shape == (4, 5)
+    out.sum().backward()
+    ours = w.grad.clone()
+    w.grad = None
+    torch.tanh(x @ w)[:, :5].sum().backward()
+    assert ours.numpy().tobytes() == w.grad.numpy().tobytes()
