@@ -397,7 +397,8 @@ class IntervalTuner:
         just freed, which fault in several times faster than the memory a long run goes on to
         touch. Where a codec ran, its seconds per state and the share of bytes it stored are
         learned the same way (:attr:`codec`), and the transfers' costs are taken back to
-        uncompressed states (less the codec's seconds, over the share of bytes stored)."""
+        uncompressed states (less the codec's seconds, over the share of bytes stored); from a
+        run that compressed every state, only where that raises them."""
         drift = fit.drift(self.tcall)
         # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread works
         # beside the compute and the copies for most of the run
@@ -430,6 +431,15 @@ class IntervalTuner:
         # the share of the bytes written that Level-2 stored (1 without a codec)
         stored = (stats.l2_stored_bytes / stats.bytes_written
                   if stats.bytes_written and stats.l2_stored_bytes else 1.0)
+        # A run whose every write went through the codec loaded the device with its compressed
+        # share of the bytes. Taken back to uncompressed states its costs may only rise: a
+        # device faster under a lighter load (a throttled disk with a burst allowance: at a
+        # tenth of the load it wrote at 1.9 GB/s, at full load at 0.3) would otherwise price
+        # the uncompressed plans, which load it fully, at the compressed ones' speed.
+        packed = 0 < stats.l2_writes <= stats.encoded_states
+
+        def revised(known: float, blended: float) -> float:
+            return max(known, blended) if packed else blended
         if self.tier_costs is not None and stats.l2_tiers:
             # each tier's transfers as they cost inside the run (a disk's sustained speed, not
             # the one state the probe wrote and read back at once), taken back to uncompressed
@@ -443,15 +453,18 @@ class IntervalTuner:
                     return stored
                 return min(1.0, written / (tier["writes"] * raw))
 
-            self.tier_costs = [(_blend(tw, tier["write_s"] / share(tier), tier["writes"]),
-                                _blend(tr, tier["read_s"] / share(tier), tier["reads"]))
-                               for (tw, tr), tier in zip(self.tier_costs, stats.l2_tiers)]
+            self.tier_costs = [
+                (revised(tw, _blend(tw, tier["write_s"] / share(tier), tier["writes"])),
+                 revised(tr, _blend(tr, tier["read_s"] / share(tier), tier["reads"])))
+                for (tw, tr), tier in zip(self.tier_costs, stats.l2_tiers)]
         if self.tier_costs is None:
             # fresh pages are faulted in once: the pool keeps them for the next run
             written = stats.write_busy_s - stats.write_fresh_s - stats.compress_s
-            self.tw = _blend(self.tw, max(written, 0.0) / stored, stats.l2_writes)
-            self.tr = _blend(self.tr, max(stats.read_busy_s - stats.decompress_s, 0.0) / stored,
-                             stats.l2_reads)
+            self.tw = revised(self.tw, _blend(self.tw, max(written, 0.0) / stored,
+                                              stats.l2_writes))
+            self.tr = revised(self.tr, _blend(
+                self.tr, max(stats.read_busy_s - stats.decompress_s, 0.0) / stored,
+                stats.l2_reads))
         if self.fault_s is not None and stats.fresh_buffers:
             self.fault_s = _blend(self.fault_s, stats.fresh_s, stats.fresh_buffers)
         self.runs += 1

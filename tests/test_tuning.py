@@ -285,10 +285,11 @@ def test_compressed_plans_are_priced_with_the_codec_and_its_ratio() -> None:
 
 def test_a_compressed_run_teaches_the_codecs_costs_and_the_uncompressed_transfers() -> None:
     tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
-                          tw=4e-3, tr=4e-3, tc=1e-4, tf=1e-3)
+                          tw=1e-3, tr=1e-3, tc=1e-4, tf=1e-3)
     stats = Stats()
     # 1000 states of 1 MB, a quarter of each stored: 3 ms on the I/O thread per write, of
-    # which 2 ms compressing; reads 1 ms, of which 0.5 ms decompressing
+    # which 2 ms compressing; reads 1 ms, of which 0.5 ms decompressing (the probe had found
+    # the device four and two times faster)
     stats.l2_writes = stats.l2_reads = stats.encoded_states = stats.decoded_states = 1000
     stats.bytes_written = stats.encoded_bytes = 1000 << 20
     stats.l2_stored_bytes = stats.encoded_stored_bytes = 250 << 20
@@ -311,6 +312,35 @@ def test_a_compressed_run_teaches_the_codecs_costs_and_the_uncompressed_transfer
     blend = PRIOR_TRANSFERS + 2
     assert tuner.codec.compress_s == pytest.approx((PRIOR_TRANSFERS * 2e-3 + 16e-3) / blend)
     assert tuner.codec.stored == pytest.approx((PRIOR_TRANSFERS * 0.25 + 2 * 1.0) / blend)
+
+
+def test_a_run_that_compressed_every_state_never_makes_uncompressed_transfers_cheaper() -> None:
+    """A disk throttled to 300 MiB/s with a burst allowance wrote lz4's quarter-size states at
+    1.9 GB/s (the load under the cap), and 10 MiB uncompressed ones at 0.3 GB/s. Scaled by
+    the share stored, the compressed run would price an uncompressed write at 7 ms instead of
+    33: "auto" then chose an uncompressed plan that ran 2.8 times as long (measured)."""
+    tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True,
+                          tw=33e-3, tr=33e-3, tc=1e-4, tf=1e-3)
+    stats = Stats()
+    stats.l2_writes = stats.l2_reads = stats.encoded_states = stats.decoded_states = 67
+    stats.bytes_written = stats.encoded_bytes = 67 * (10 << 20)
+    stats.l2_stored_bytes = stats.encoded_stored_bytes = 67 * (10 << 20) // 4
+    stats.write_busy_s, stats.compress_s = 0.535, 0.443  # 1.4 ms a write beyond the codec
+    stats.read_busy_s, stats.decompress_s = 0.383, 0.239
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.tw == tuner.tr == 33e-3
+    # a run that sampled the codec on every eighth state measures the device as it is
+    stats.encoded_states = stats.decoded_states = 8
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.tw < 33e-3 and tuner.tr < 33e-3
+    # tiers likewise
+    tiered = tuner_with_tiers([(1e-3, 1e-3), (33e-3, 33e-3)])
+    stats.encoded_states = stats.decoded_states = 67
+    stats.l2_tiers = [{"writes": 0, "reads": 0, "write_s": 0.0, "read_s": 0.0},
+                      {"writes": 67, "reads": 67, "write_s": 0.092, "read_s": 0.144,
+                       "written_bytes": 67 * (10 << 20) // 4}]
+    tiered.learn(stats, fit=CallFit())
+    assert tiered.tier_costs == [(1e-3, 1e-3), (33e-3, 33e-3)]
 
 
 class _TwoRanks:
