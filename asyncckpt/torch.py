@@ -378,7 +378,7 @@ def _meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[list[tuple[A
     graph: list[int | None] = []
     x = input.detach().to("meta").requires_grad_(input.is_floating_point())
     real: torch.Tensor | None = None
-    parameters: set[int] = set()
+    parameters: dict[int, torch.Tensor] = {}  # held, so that no later tensor takes an id
     saved: dict[int, tuple[torch.Tensor, int]] = {}  # the tensors held, so ids stay theirs
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
@@ -395,7 +395,7 @@ def _meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[list[tuple[A
                     if isinstance(layer, torch.nn.Module):
                         state = {name: t.to("meta") for name, t in
                                  [*layer.named_parameters(), *layer.named_buffers()]}
-                        parameters.update(map(id, state.values()))
+                        parameters.update((id(t), t) for t in state.values())
                         x = functional_call(layer, state, (x,))
                     else:
                         x = layer(x)
