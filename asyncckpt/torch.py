@@ -379,17 +379,19 @@ def _meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[list[tuple[A
     x = input.detach().to("meta").requires_grad_(input.is_floating_point())
     real: torch.Tensor | None = None
     parameters: dict[int, torch.Tensor] = {}  # held, so that no later tensor takes an id
-    saved: dict[int, tuple[torch.Tensor, int]] = {}  # the tensors held, so ids stay theirs
+    saved: dict[int, torch.Tensor] = {}  # the tensors held, so ids stay theirs
+    kept = [0]  # their bytes
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         base = tensor if tensor._base is None else tensor._base  # a view keeps its base
-        if id(base) not in parameters:
-            saved.setdefault(id(base), (base, base.numel() * base.element_size()))
+        if id(base) not in parameters and id(base) not in saved:
+            saved[id(base)] = base
+            kept[0] += base.numel() * base.element_size()
         return tensor
 
     for i, layer in enumerate(layers):
         if real is None:
-            before = len(saved)
+            before = kept[0]
             try:
                 with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
                     if isinstance(layer, torch.nn.Module):
@@ -399,7 +401,7 @@ def _meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[list[tuple[A
                         x = functional_call(layer, state, (x,))
                     else:
                         x = layer(x)
-                graph.append(sum(nbytes for _, nbytes in list(saved.values())[before:]))
+                graph.append(kept[0] - before)
             except (NotImplementedError, RuntimeError):
                 real = input
                 with torch.no_grad():
