@@ -401,7 +401,9 @@ def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
     """The link of a checkpointer whose state u_0 is ``checkpoint.get_data(0)``: a
     :class:`DeviceLink` where its arrays are on a device, else a :class:`HostLink`; with
     u_0's arrays, checked against ``nbytes`` and ``dtype``, and where Level-2 transfers run (on
-    a device always in the background: inline, the caller would wait for every copy)."""
+    a device always in the background: inline, the caller would wait for every copy). u_0 may
+    be smaller than ``nbytes``: states may differ in size, the descriptor's being the
+    largest."""
     first = checkpoint.get_data(0)
     device = device_of(first) if isinstance(first, (list, tuple)) else None
     if device is not None:
@@ -411,7 +413,8 @@ def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
                 f"transfers='inline' would make the caller wait for every device copy; "
                 f"states on {device.name} use 'background' (or 'auto')")
         transfers = "background"
-    first = check_arrays(first, nbytes, dtype, "checkpoint.get_data(0)", device=device)
+    first = check_arrays(first, nbytes, dtype, "checkpoint.get_data(0)", exact=False,
+                         device=device)
     # a run of small states never asks whether to split a copy
     link = (HostLink(split_copies=nbytes >= SPLIT_COPY_BYTES) if device is None
             else DeviceLink(device))

@@ -84,20 +84,21 @@ def parse_flag(name: str, text: str) -> bool:
 
 def parse_interval(value: object, n_timesteps: int | None = None, *,
                    name: str = "interval", adaptive: bool = False) -> int | str:
-    """The interval option: an int in [1, n_timesteps] (any int >= 1 where n is not given),
-    "auto", or where ``adaptive`` is allowed "adaptive". Text (from the command line or
-    ``$ASYNCCKPT_INTERVAL``) may spell the int."""
+    """The interval option: an int in [0, n_timesteps] (any int >= 0 where n is not given; 0:
+    Level-1 alone), "auto", or where ``adaptive`` is allowed "adaptive". Text (from the command
+    line or ``$ASYNCCKPT_INTERVAL``) may spell the int."""
     words = ("auto", "adaptive") if adaptive else ("auto",)
     if isinstance(value, str):
         text = value.strip()
         if text in words:
             return text
         if not text.isdigit():
-            bound = f"an int in [1, {n_timesteps}]" if n_timesteps is not None else "a positive int"
+            bound = (f"an int in [0, {n_timesteps}]" if n_timesteps is not None
+                     else "an int >= 0")
             raise InvalidValueError(f"{name} must be {bound} or {' or '.join(map(repr, words))}, "
                                     f"got {value!r}")
         value = int(text)
-    return check_int(name, value, 1, n_timesteps)
+    return check_int(name, value, 0, n_timesteps)
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -57,7 +57,8 @@ class AsyncCheckpointer:
         Level-1 slots for Revolve inside an interval (>= 1); with ``n - 1`` or more (``n``
         taping-free) the run is store-all in Level-1 (``stats.interval`` 0).
     interval : int, "auto" or "adaptive"
-        I in [1, n]: every I-th state goes to Level-2. "auto" (default): the plan the model
+        I in [1, n]: every I-th state goes to Level-2. 0: none does, Revolve runs in the Level-1
+        slots alone (pyrevolve's algorithm; needs n). "auto" (default): the plan the model
         predicts fastest on costs measured on the run (docs/model.md; ``plan``, ``costs``).
         "adaptive": the next state goes once the last write is done, never within the interval
         "auto" chooses (what "auto" means for unknown n).

@@ -29,9 +29,9 @@ def make(n: int = 10, **overrides):
         (dict(n=2.0), TypeError, "n_timesteps must be an int, got 2.0"),
         (dict(n="10"), TypeError, "n_timesteps must be an int"),
         (dict(l1_slots=0), ValueError, "l1_slots must be >= 1, got 0"),
-        (dict(interval=0), ValueError, r"interval must be an int in \[1, 10\], got 0"),
-        (dict(interval=11), ValueError, r"interval must be an int in \[1, 10\], got 11"),
-        (dict(interval="fast"), ValueError, r"interval must be an int in \[1, 10\] or 'auto' or "
+        (dict(interval=-1), ValueError, r"interval must be an int in \[0, 10\], got -1"),
+        (dict(interval=11), ValueError, r"interval must be an int in \[0, 10\], got 11"),
+        (dict(interval="fast"), ValueError, r"interval must be an int in \[0, 10\] or 'auto' or "
                                             "'adaptive', got 'fast'"),
         (dict(interval=None), TypeError, "interval must be an int"),
         (dict(staging_buffers=0), ValueError, "staging_buffers must be >= 1, got 0"),
@@ -95,7 +95,8 @@ class Mismatched(Incomplete):
 @pytest.mark.parametrize(
     ("checkpoint", "error", "message"),
     [
-        (Mismatched([np.zeros(9)]), ValueError, "holds 72 bytes, the checkpoint declares 80"),
+        (Mismatched([np.zeros(11)]), ValueError, "holds 88 bytes, more than the checkpoint "
+                                                 "declares: 80"),
         (Mismatched([np.zeros(10, np.float32)]), TypeError, "dtype float32, the checkpoint declares float64"),
         (Mismatched([[0.0] * 10]), TypeError, r"get_data\(0\)\[0\] is a list, expected numpy.ndarray"),
         (Mismatched([np.zeros(10)], size=0), ValueError, "checkpoint.size must be a positive int, got 0"),

@@ -9,7 +9,8 @@ import pytest
 
 from asyncckpt import FileStorage, UsageError
 from asyncckpt.compat import Checkpoint, Operator, Revolver, choose_l1_slots
-from workloads import Forward, Leapfrog, RecurrentCell, Reverse
+from workloads import (Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse,
+                       store_all_reference)
 
 pyrevolve = pytest.importorskip("pyrevolve")
 
@@ -63,6 +64,93 @@ def test_same_adjoints_as_pyrevolve(slots: int, n: int, workload: str) -> None:
         assert a.tobytes() == b.tobytes()
 
 
+class CountedSteps:
+    """An operator that counts the steps it is asked to run."""
+
+    def __init__(self, operator, steps: dict[str, int], key: str) -> None:
+        self.operator, self.steps, self.key = operator, steps, key
+
+    def apply(self, **steps: int) -> None:
+        self.steps[self.key] += steps["t_end"] - steps["t_start"]
+        self.operator.apply(**steps)
+
+
+class Counted:
+    """What a pyrevolve program can observe of a revolver: its calls of the checkpoint's methods
+    and the steps its operators are asked for, after construction, the forward and the reverse."""
+
+    def __init__(self, model: RecurrentCell) -> None:
+        self.model, self.stores, self.loads = model, 0, 0
+        self.size, self.dtype = model.size, model.dtype
+        self.steps = {"fwd": 0, "rev": 0}
+
+    def get_data(self, timestep: int):
+        self.stores += 1
+        return self.model.get_data(timestep)
+
+    def get_data_location(self, timestep: int):
+        self.loads += 1
+        return self.model.get_data_location(timestep)
+
+    def observe(self, revolver_class, slots: int, n: int, **options) -> tuple[list, list]:
+        """The counts after each phase, and the gradients."""
+        fwd = CountedSteps(Forward(self.model), self.steps, "fwd")
+        rev = CountedSteps(Reverse(self.model), self.steps, "rev")
+        self.model.reset()
+        revolver = revolver_class(self, fwd, rev, slots, n, **options)
+        counts = [(self.stores, self.loads, dict(self.steps))]
+        revolver.apply_forward()
+        counts.append((self.stores, self.loads, dict(self.steps)))
+        self.model.reset_adjoint()
+        revolver.apply_reverse()
+        counts.append((self.stores, self.loads, dict(self.steps)))
+        if hasattr(revolver, "close"):
+            revolver.close()
+        return counts, [g.copy() for g in self.model.gradients()]
+
+
+@pytest.mark.parametrize(("n", "slots"), [(10, 2), (10, 4), (10, 9), (10, 12), (50, 3),
+                                          (100, 7), (2, 1)])
+def test_with_its_slots_alone_it_is_pyrevolves_revolver(n: int, slots: int) -> None:
+    """No Level-2 named: Revolve in the slots, as pyrevolve; nothing is called at construction,
+    the forward sweep stores as often and advances as far, and the run as a whole recomputes as
+    much (where several splits are optimal the stores of the reverse sweep may differ)."""
+    ours, got = Counted(RecurrentCell(n)).observe(Revolver, slots, n)
+    theirs, want = Counted(RecurrentCell(n)).observe(
+        pyrevolve.Revolver, min(slots, max(n - 1, 1)), n)
+    assert ours[0] == theirs[0] == (0, 0, {"fwd": 0, "rev": 0})
+    assert ours[1] == theirs[1]
+    assert ours[2][2] == theirs[2][2]
+    assert ours[2][1] >= ours[2][0] - ours[1][0]  # every state stored is read back
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want))
+
+
+def test_a_named_level2_makes_it_asynchronous(disk_dir) -> None:
+    n, slots = 40, 2
+    for options in ({"interval": 4}, {"storage": disk_dir}, {"memory_budget": 10**7},
+                    {"compression_params": {"scheme": "blosc"}}):
+        model = RecurrentCell(n)
+        reference = store_all_reference(model)
+        with Revolver(model, Forward(model), Reverse(model), slots, n, **options) as revolver:
+            got = forward_reverse(model, revolver)
+            assert revolver.stats.interval > 0, options
+            assert revolver.stats.l2_writes > 0, options
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(got, reference))
+    with Revolver(model, Forward(model), Reverse(model), slots, n) as alone:
+        forward_reverse(model, alone)
+        assert alone.stats.interval == 0 and alone.stats.l2_writes == 0
+        assert alone.stats.l1_peak_slots == slots
+
+
+def test_a_revolver_closed_before_its_first_run() -> None:
+    model = RecurrentCell(5)
+    revolver = Revolver(model, Forward(model), Reverse(model), 2, 5)
+    revolver.close()
+    with pytest.raises(UsageError, match="the Revolver is closed"):
+        revolver.apply_forward()
+    assert "not yet run" in repr(revolver)
+
+
 def test_first_reverse_step_directly_follows_the_forward_sweep() -> None:
     n = 20
     model = RecurrentCell(n)
@@ -85,7 +173,9 @@ def test_ratio_matches_pyrevolves_definition() -> None:
         flat = pyrevolve.Revolver(model, Forward(model), Reverse(model), slots + 1, n)
         assert ours.ratio == pytest.approx(flat.ratio)
     assert theirs.ratio > 0
-    with Revolver(model, Forward(model), Reverse(model), slots, n) as auto:
+    with Revolver(model, Forward(model), Reverse(model), slots, n) as same:
+        assert same.ratio == pytest.approx(theirs.ratio)  # pyrevolve's Revolve in its slots
+    with Revolver(model, Forward(model), Reverse(model), slots, n, interval="auto") as auto:
         assert np.isnan(auto.ratio)
         model.reset()
         auto.apply_forward()
@@ -177,7 +267,7 @@ def test_storage_and_interval_from_the_environment(monkeypatch, disk_dir) -> Non
 def test_bad_interval_in_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("ASYNCCKPT_INTERVAL", "often")
     model = RecurrentCell(10)
-    with pytest.raises(ValueError, match="ASYNCCKPT_INTERVAL must be a positive int or "
+    with pytest.raises(ValueError, match="ASYNCCKPT_INTERVAL must be an int >= 0 or "
                                          "'auto' or 'adaptive', got 'often'"):
         Revolver(model, Forward(model), Reverse(model), 2, 10)
 

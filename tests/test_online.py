@@ -405,6 +405,23 @@ def test_states_of_different_sizes_reverse_exactly(tmp_path, storage, interval) 
             assert ckp.stats.bytes_written == sum(sizes[:ckp.stats.l2_writes])
 
 
+class Widening(Pyramid):
+    """A Pyramid whose u_0 is its narrowest state: 8x smaller than the declared size."""
+
+    LEVELS = (3, 2, 1, 0, 1, 2)
+
+
+@pytest.mark.parametrize("interval", [0, 3, "auto"])
+def test_a_run_whose_first_state_is_its_smallest(interval) -> None:
+    n = 30
+    model = Widening(n)
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3,
+                           interval=interval) as ckp:
+        got = forward_reverse(model, ckp)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, reference))
+
+
 def test_host_memory_holds_each_state_at_its_own_size() -> None:
     storage = HostMemoryStorage()
     big = np.arange(4096 * 8, dtype=np.uint8)

@@ -355,5 +355,5 @@ def test_auto_interval_with_one_step() -> None:
 
 def test_interval_names_the_accepted_values() -> None:
     model = RecurrentCell(5)
-    with pytest.raises(ValueError, match=r"interval must be an int in \[1, 5\] or 'auto' or 'adaptive', got 'fast'"):
+    with pytest.raises(ValueError, match=r"interval must be an int in \[0, 5\] or 'auto' or 'adaptive', got 'fast'"):
         AsyncCheckpointer(model, Forward(model), Reverse(model), 5, l1_slots=1, interval="fast")

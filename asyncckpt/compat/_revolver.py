@@ -16,12 +16,12 @@ from schedules import OnlineMultistage, simulate
 from .._budget import engine_buffers
 from .._buffers import padded
 from .._mpi import world_if_running
-from .._options import environment, parse_bytes, parse_flag, parse_interval
+from .._options import check_operator, environment, parse_bytes, parse_flag, parse_interval
 from .._pool import POOL
 from ..checkpoint import Checkpoint, as_dtype, check_descriptor
 from ..checkpointer import AsyncCheckpointer
 from ..compression import CustomCodec, parse_compression
-from ..errors import InvalidValueError, MemoryBudgetError
+from ..errors import InvalidValueError, MemoryBudgetError, UsageError
 from ..stats import Stats
 from ..storage import Storage
 from .compression import CompressedObject
@@ -108,11 +108,16 @@ class Revolver:
         own ``Checkpoint`` works unchanged.
     fwd_operator, rev_operator : objects with ``apply(t_start=..., t_end=...)``
     n_checkpoints : int or None
-        Level-1 slots (>= 1). None: a memory budget (``$ASYNCCKPT_MEMORY_BUDGET``, else a
-        quarter of the available memory, :func:`default_budget`) that Level-1 slots, the
-        staging and prefetch buffers and DRAM Level-2 share; the model splits it, and Level-2
-        beyond it goes to the temporary directory unless ``storage`` (or
-        ``$ASYNCCKPT_STORAGE``) names where. ``n_checkpoints`` then reports the slots chosen.
+        Level-1 slots (>= 1). With n known and nothing that names a Level-2 beside it (no
+        ``interval``, ``storage``, ``memory_budget`` or compression, as arguments or
+        environment variables) the run is pyrevolve's: Revolve in these slots alone (``interval=0``), holding the
+        memory the program asked for and calling ``get_data`` once per state stored. With any
+        of them, these are the Level-1 slots of the asynchronous strategy. None: a memory
+        budget (``$ASYNCCKPT_MEMORY_BUDGET``, else a quarter of the available memory,
+        :func:`default_budget`) that Level-1 slots, the staging and prefetch buffers and DRAM
+        Level-2 share; the model splits it, and Level-2 beyond it goes to the temporary
+        directory unless ``storage`` (or ``$ASYNCCKPT_STORAGE``) names where.
+        ``n_checkpoints`` then reports the slots chosen.
     n_timesteps : int or None
         n (>= 1). None (which pyrevolve refuses): a run of unknown length, ended by
         ``apply_forward(stop=callable)`` (see :class:`~asyncckpt.AsyncCheckpointer`).
@@ -138,6 +143,10 @@ class Revolver:
 
     Notes
     -----
+    As pyrevolve's, the constructor calls no method of ``checkpoint`` but its ``size`` and
+    ``dtype``: the engine is built at the first ``apply_forward()`` (or the first look at
+    ``checkpointer``, ``n_checkpoints``, ``stats`` or ``ratio``), from u_0 as it is then.
+
     Unlike pyrevolve: 0 checkpoints or n = 1 give a clear error or a correct run (never a
     segfault or ZeroDivisionError), a second ``apply_forward()`` starts a new run, and nothing is
     printed or logged at DEBUG by default.
@@ -150,6 +159,7 @@ class Revolver:
                  compression_params: dict[str, Any] | None = None,
                  timings: Any = None, profiler: Any = None, **options: Any) -> None:
         nbytes = check_descriptor(checkpoint)
+        check_operator(fwd_operator=fwd_operator, rev_operator=rev_operator)
         if "compression" not in options:
             text = environment("ASYNCCKPT_COMPRESSION")
             options["compression"] = (
@@ -165,8 +175,14 @@ class Revolver:
         if storage is None:
             storage = environment("ASYNCCKPT_STORAGE")
         if interval is None:
-            interval = parse_interval(environment("ASYNCCKPT_INTERVAL") or "auto",
-                                      name="ASYNCCKPT_INTERVAL", adaptive=True)
+            text = environment("ASYNCCKPT_INTERVAL")
+            if text is not None:
+                interval = parse_interval(text, name="ASYNCCKPT_INTERVAL", adaptive=True)
+            elif (n_checkpoints is not None and n_timesteps is not None and storage is None
+                  and options["compression"] is None and options.get("memory_budget") is None):
+                interval = 0  # pyrevolve's Revolver: Revolve in the slots it was given
+            else:
+                interval = "auto"
         if taping is None:
             taping = taping_from_environment()
         if "comm" not in options:
@@ -177,16 +193,37 @@ class Revolver:
         self.n_timesteps, self.timings = n_timesteps, timings
         self.profiler = Profiler() if profiler is None else profiler
         self._counted: tuple[object, int, int] | None = None
-        self.checkpointer = AsyncCheckpointer(
-            checkpoint, fwd_operator, rev_operator, n_timesteps, l1_slots=n_checkpoints,
-            interval=interval, storage=storage, taping=taping, **options)
-        self.n_checkpoints: int = self.checkpointer.l1_slots
+        self._arguments = dict(l1_slots=n_checkpoints, interval=interval, storage=storage,
+                               taping=taping, **options)
+        self._checkpointer: AsyncCheckpointer | None = None
+        self._closed = False
+
+    @property
+    def checkpointer(self) -> AsyncCheckpointer:
+        """The :class:`~asyncckpt.AsyncCheckpointer` that runs it, built on first use."""
+        return self._build(checkpoint=self.checkpoint)
+
+    def _build(self, checkpoint: Any) -> AsyncCheckpointer:
+        if self._checkpointer is None:
+            if self._closed:
+                raise UsageError("the Revolver is closed")
+            self._checkpointer = AsyncCheckpointer(
+                checkpoint, self.fwd_operator, self.rev_operator, self.n_timesteps,
+                **self._arguments)
+        return self._checkpointer
+
+    @property
+    def n_checkpoints(self) -> int:
+        """Level-1 slots of the next (or current) run."""
+        return self.checkpointer.l1_slots
 
     def apply_forward(self, stop: Callable[[int], object] | None = None) -> None:
         """The forward sweep, u_0 to u_n; a second call starts a new run. ``stop``: with
         ``n_timesteps=None``, where the sweep ends (see
         :meth:`AsyncCheckpointer.apply_forward`)."""
         with self.profiler.get_timer("forward", "apply_forward"):
+            if self._checkpointer is None:  # built here, u_0 is stored as the build saw it
+                self._build(checkpoint=_FirstStateOnce(self.checkpoint))
             self.checkpointer.apply_forward(stop)
 
     def apply_reverse(self) -> None:
@@ -221,7 +258,9 @@ class Revolver:
 
     def close(self) -> None:
         """Stop the I/O threads and delete the Level-2 files."""
-        self.checkpointer.close()
+        self._closed = True
+        if self._checkpointer is not None:
+            self._checkpointer.close()
 
     def __enter__(self) -> "Revolver":
         return self
@@ -230,8 +269,36 @@ class Revolver:
         self.close()
 
     def __repr__(self) -> str:
+        if self._checkpointer is None:
+            return (f"Revolver(n_checkpoints={self._arguments['l1_slots']}, "
+                    f"n_timesteps={self.n_timesteps}, not yet run)")
         return (f"Revolver(n_checkpoints={self.n_checkpoints}, n_timesteps={self.n_timesteps}, "
-                f"{self.checkpointer!r})")
+                f"{self._checkpointer!r})")
+
+
+class _FirstStateOnce:
+    """``checkpoint``, whose ``get_data(0)`` the engine's build calls and the first store of u_0
+    then reuses (nothing runs between them), so that ``get_data`` runs once per state stored,
+    as in pyrevolve."""
+
+    def __init__(self, checkpoint: Any) -> None:
+        self._checkpoint = checkpoint
+        self.size, self.dtype = checkpoint.size, checkpoint.dtype
+        self._building = True
+        self._kept: Any = None
+
+    def get_data(self, timestep: int) -> Any:
+        kept, self._kept = self._kept, None
+        if kept is not None and timestep == 0:
+            return kept
+        data = self._checkpoint.get_data(timestep)
+        if self._building:
+            self._building, self._kept = False, data
+        return data
+
+    def get_data_location(self, timestep: int) -> Any:
+        self._building, self._kept = False, None
+        return self._checkpoint.get_data_location(timestep)
 
 
 class _PyrevolveCustom(CustomCodec):
