@@ -2,9 +2,12 @@
 
 n = 2000 steps of a 2 MiB state with the same Level-1 budget (10 slots): the time ratio
 pyrevolve / asyncckpt.compat (medians of repetitions, interleaved; goal >= 1.8), the forward-step
-counts of both, and whether their adjoints are equal bit for bit.
+counts of both, and whether their adjoints are equal bit for bit. asyncckpt also streams states
+to the Level-2 that ``--level2`` names (a directory: the same memory as pyrevolve's; "dram", the
+default: memory beside the slots, so the two do not hold the same bytes).
 
 Usage: python benchmarks/bench_compat.py [--n 2000] [--mib 2] [--slots 10] [--repeats 3]
+       [--level2 dram|DIR]
 """
 from __future__ import annotations
 
@@ -37,11 +40,12 @@ class CountingForward:
 LAST_STATS: dict[str, object] = {}
 
 
-def run(revolver_class, w: Workload, n: int, slots: int) -> tuple[float, int, bytes]:
+def run(revolver_class, w: Workload, n: int, slots: int,
+        **options: object) -> tuple[float, int, bytes]:
     w.reset()
     fwd = CountingForward(w)
     start = time.perf_counter()
-    revolver = revolver_class(w, fwd, Rev(w), slots, n)
+    revolver = revolver_class(w, fwd, Rev(w), slots, n, **options)
     revolver.apply_forward()
     revolver.apply_reverse()
     elapsed = time.perf_counter() - start
@@ -62,6 +66,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=10)
     parser.add_argument("--passes", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--level2", default="dram",
+                        help="asyncckpt's Level-2: dram (beside the slots) or a directory")
     args = parser.parse_args()
     import pyrevolve
 
@@ -70,11 +76,14 @@ def main() -> None:
     with threadpool_limits(limits=1, user_api="blas"):
         for _ in range(args.repeats):
             t_theirs, steps_theirs, adj_theirs = run(pyrevolve.Revolver, w, args.n, args.slots)
-            t_ours, steps_ours, adj_ours = run(Revolver, w, args.n, args.slots)
+            # naming Level-2 makes compat's Revolver asynchronous (without, it is pyrevolve's)
+            t_ours, steps_ours, adj_ours = run(Revolver, w, args.n, args.slots,
+                                               storage=args.level2)
             theirs.append(t_theirs)
             ours.append(t_ours)
     print(json.dumps({
         "n": args.n, "state_mib": args.mib, "slots": args.slots, "repeats": args.repeats,
+        "level2": args.level2,
         "pyrevolve_s": round(statistics.median(theirs), 3),
         "asyncckpt_compat_s": round(statistics.median(ours), 3),
         "pyrevolve_over_asyncckpt": round(statistics.median(theirs) / statistics.median(ours), 3),

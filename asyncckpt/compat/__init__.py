@@ -2,15 +2,19 @@
 ``from asyncckpt.compat import Revolver`` and keep your operators and checkpoint objects.
 
 ``Revolver(checkpoint, fwd_operator, rev_operator, n_checkpoints, n_timesteps)`` takes pyrevolve
-2.2.8's arguments, positionally, and runs asynchronous multistage checkpointing with
-``n_checkpoints`` as the Level-1 budget. Level-2 and the interval come from keyword options, else
-from the environment, else from their defaults:
+2.2.8's arguments, positionally. With ``n_checkpoints=None`` (Devito's wavesolvers) it runs
+asynchronous multistage checkpointing within a memory budget; with a number of slots and no
+Level-2 named it is pyrevolve's Revolver (Revolve in those slots alone); with a Level-2 named
+(any of the keywords below but ``taping``, or its variable) the slots are the Level-1 budget of
+the asynchronous strategy. Level-2 and the interval come from keyword options, else from the
+environment, else from their defaults:
 
 ============================  =========================  =======================================
 keyword                       environment variable       default
 ============================  =========================  =======================================
 ``storage``                   ``ASYNCCKPT_STORAGE``      host DRAM (``dram``); else a directory
-``interval``                  ``ASYNCCKPT_INTERVAL``     ``auto`` (chosen by the model)
+``interval``                  ``ASYNCCKPT_INTERVAL``     ``auto`` (chosen by the model); ``0``
+                                                         with slots and no Level-2 named
 ``taping``                    ``ASYNCCKPT_TAPING``       ``1`` (pyrevolve's protocol); ``0``:
                                                          the taping-free reverse
 ``memory_budget``             ``ASYNCCKPT_MEMORY_BUDGET``  with ``n_checkpoints=None``: a quarter
