@@ -110,9 +110,10 @@ class Revolver:
     n_checkpoints : int or None
         Level-1 slots (>= 1). With n known and nothing that names a Level-2 beside it (no
         ``interval``, ``storage``, ``memory_budget`` or compression, as arguments or
-        environment variables) the run is pyrevolve's: Revolve in these slots alone (``interval=0``), holding the
-        memory the program asked for and calling ``get_data`` once per state stored. With any
-        of them, these are the Level-1 slots of the asynchronous strategy. None: a memory
+        environment variables) the run is pyrevolve's: Revolve in these slots alone
+        (``interval=0``), holding the memory the program asked for and calling ``get_data``
+        once per state stored. With any of them, these are the Level-1 slots of the
+        asynchronous strategy. None: a memory
         budget (``$ASYNCCKPT_MEMORY_BUDGET``, else a quarter of the available memory,
         :func:`default_budget`) that Level-1 slots, the staging and prefetch buffers and DRAM
         Level-2 share; the model splits it, and Level-2 beyond it goes to the temporary
