@@ -40,6 +40,14 @@ NEAR_TIE = 0.03
 #: hundreds replaces it.
 PRIOR_TRANSFERS = 4
 
+#: The share of a sweep beyond which a Level-2 path's transfers kept the I/O thread busy: a run
+#: that loaded a path so measured what it sustains, and its costs stand as a floor that lighter
+#: runs lower them no further. A device may serve a light load faster than a heavy one: a disk
+#: throttled to 300 MiB/s with a burst allowance wrote 80 states of a run at 2 GB/s, and the
+#: plan priced so, with 470 writes, stalled 11 s of a 32 s run where the loaded run's price chose
+#: one of 15 s (Devito 3D, nt = 2000, measured).
+LOADED = 0.5
+
 
 #: What the runs before the last weigh in the compute costs (tf, tcall, tb, tc), each run half the
 #: next: on these machines a Devito step's cost moves by 15% from one gradient to the next (1.29
@@ -259,6 +267,9 @@ class IntervalTuner:
     #: what the codec in front of Level-2 costs per state (None: no codec, or not measured yet);
     #: ``tw``, ``tr`` and ``tier_costs`` are those of uncompressed states
     codec: CodecCosts | None = None
+    #: for each Level-2 path (each tier, or the one storage) the (tw, tr) of the last run that
+    #: loaded it (see :data:`LOADED`; None: none has yet)
+    loaded_costs: list[tuple[float | None, float | None]] | None = None
 
     def costs(self, *, busy: bool = False, compressed: bool = False) -> Costs:
         """The model's costs. Inline transfers run on the caller's thread: they add to the copy
@@ -465,9 +476,39 @@ class IntervalTuner:
             self.tr = revised(self.tr, _blend(
                 self.tr, max(stats.read_busy_s - stats.decompress_s, 0.0) / stored,
                 stats.l2_reads))
+        if self.tier_costs is not None:
+            if stats.l2_tiers:
+                self.tier_costs = self._floored(
+                    self.tier_costs, [(tier["write_s"], tier["read_s"]) for tier in stats.l2_tiers],
+                    stats)
+        else:
+            [(self.tw, self.tr)] = self._floored(
+                [(self.tw, self.tr)], [(stats.write_busy_s, stats.read_busy_s)], stats)
         if self.fault_s is not None and stats.fresh_buffers:
             self.fault_s = _blend(self.fault_s, stats.fresh_s, stats.fresh_buffers)
         self.runs += 1
+
+    def _floored(self, costs: list[tuple[float, float]], busy: list[tuple[float, float]],
+                 stats: Any) -> list[tuple[float, float]]:
+        """``costs`` (tw, tr of each Level-2 path, as learned from the run) raised to what the
+        last run that loaded the path measured; a path this run loaded (``busy``: its seconds of
+        writes and reads) sets that floor instead."""
+        if self.loaded_costs is None or len(self.loaded_costs) != len(costs):
+            self.loaded_costs = [(None, None)] * len(costs)
+        floored = []
+        for i, ((tw, tr), (write_s, read_s)) in enumerate(zip(costs, busy)):
+            floor_w, floor_r = self.loaded_costs[i]
+            if stats.forward_s > 0 and write_s >= LOADED * stats.forward_s:
+                floor_w = tw
+            elif floor_w is not None:
+                tw = max(tw, floor_w)
+            if stats.reverse_s > 0 and read_s >= LOADED * stats.reverse_s:
+                floor_r = tr
+            elif floor_r is not None:
+                tr = max(tr, floor_r)
+            self.loaded_costs[i] = (floor_w, floor_r)
+            floored.append((tw, tr))
+        return floored
 
     def _learn_drifting(self, stats: Any, fit: CallFit) -> None:
         """Take the compute costs of a run whose step cost changed midway (see :data:`DRIFT`)

@@ -343,6 +343,51 @@ def test_a_run_that_compressed_every_state_never_makes_uncompressed_transfers_ch
     assert tiered.tier_costs == [(1e-3, 1e-3), (33e-3, 33e-3)]
 
 
+def test_a_lighter_run_lowers_a_path_no_further_than_a_loaded_run_measured_it() -> None:
+    """Devito 3D, nt = 2000, a disk throttled to 300 MiB/s with a burst allowance: 80 writes
+    of 10 MiB spread over a run took 5 ms each, 470 that kept the I/O thread busy 33 ms each.
+    Priced from the light run, "auto" chose the 470-write plan, which stalled 11 s."""
+    tuner = tuner_with_tiers([(6e-3, 6e-3), (5e-3, 5e-3)])
+    stats = Stats()
+    stats.forward_s = stats.reverse_s = 16.0
+    # loaded: 470 writes and reads of 33 ms, 15.5 s of each 16 s sweep; the DRAM tier idle
+    stats.l2_tiers = [{"writes": 0, "reads": 0, "write_s": 0.0, "read_s": 0.0},
+                      {"writes": 470, "reads": 470, "write_s": 15.5, "read_s": 15.5}]
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.tier_costs is not None
+    loaded = tuner.tier_costs[1]
+    assert loaded[0] == pytest.approx(33e-3, rel=0.01)
+    # light: 80 disk writes and reads of 5 ms (0.4 s of 9 s); the DRAM tier's reads at 1.2 ms,
+    # below its cold probe, lower its price as before
+    stats.forward_s = stats.reverse_s = 9.0
+    stats.l2_tiers = [{"writes": 400, "reads": 400, "write_s": 0.48, "read_s": 0.48},
+                      {"writes": 80, "reads": 80, "write_s": 0.4, "read_s": 0.4}]
+    for _ in range(3):
+        tuner.learn(stats, fit=CallFit())
+        assert tuner.tier_costs[1] == loaded
+    assert tuner.tier_costs[0][1] < 2e-3
+    # a loaded run that measures the disk faster sets the floor lower
+    stats.forward_s = stats.reverse_s = 10.0
+    stats.l2_tiers[1] = {"writes": 470, "reads": 470, "write_s": 9.4, "read_s": 9.4}
+    tuner.learn(stats, fit=CallFit())
+    assert tuner.tier_costs[1][0] == pytest.approx(20e-3, rel=0.02)
+    # one storage alike
+    single = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False,
+                           taping=True, tw=5e-3, tr=5e-3, tc=1e-4, tf=1e-3)
+    stats = Stats()
+    stats.l2_writes = stats.l2_reads = 470
+    stats.bytes_written = stats.l2_stored_bytes = 470 * (10 << 20)
+    stats.forward_s = stats.reverse_s = 16.0
+    stats.write_busy_s = stats.read_busy_s = 15.5
+    single.learn(stats, fit=CallFit())
+    floor = (single.tw, single.tr)
+    stats.l2_writes = stats.l2_reads = 80
+    stats.bytes_written = stats.l2_stored_bytes = 80 * (10 << 20)
+    stats.write_busy_s = stats.read_busy_s = 0.4
+    single.learn(stats, fit=CallFit())
+    assert (single.tw, single.tr) == floor
+
+
 class _TwoRanks:
     """The ranks of agree_costs, one in this process: the other rank's values are given."""
 
