@@ -601,6 +601,9 @@ class CostMemory:
             known = deepcopy(known)
         if known is None:
             return tuner
+        same_tiers = (known.tier_costs is not None and tuner.tier_costs is not None
+                      and len(known.tier_costs) == len(tuner.tier_costs))
+        same_paths = same_tiers or (known.tier_costs is None and tuner.tier_costs is None)
         return replace(tuner, tw=known.tw, tr=known.tr, tc=known.tc, tf=known.tf, tb=known.tb,
                        tcall=known.tcall, runs=known.runs, fault_s=known.fault_s,
                        forward_calls=known.forward_calls, adjoint_mean=known.adjoint_mean,
@@ -611,10 +614,8 @@ class CostMemory:
                        busy_copy_mean=known.busy_copy_mean,
                        codec=tuner.codec if known.codec is None else known.codec,
                        tx=known.tx,
-                       tier_costs=known.tier_costs if known.tier_costs is not None
-                       and tuner.tier_costs is not None
-                       and len(known.tier_costs) == len(tuner.tier_costs)
-                       else tuner.tier_costs)
+                       tier_costs=known.tier_costs if same_tiers else tuner.tier_costs,
+                       loaded_costs=known.loaded_costs if same_paths else None)
 
     def keep(self, key: tuple[object, ...], tuner: IntervalTuner) -> None:
         """Keep ``tuner``'s measured costs for the next checkpointer under ``key``."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asyncckpt._tuning import (NEAR_TIE, PRIOR_TRANSFERS, RUN_DECAY, CallFit, IntervalTuner, Plan,
-                               RunMean, cheapest_near_fastest, fastest_once_warm)
+from asyncckpt._tuning import (NEAR_TIE, PRIOR_TRANSFERS, RUN_DECAY, CallFit, CostMemory,
+                               IntervalTuner, Plan, RunMean, cheapest_near_fastest,
+                               fastest_once_warm)
 from asyncckpt.stats import Stats
 from schedules.model import CodecCosts, Costs, choose_interval
 
@@ -381,6 +382,12 @@ def test_a_lighter_run_lowers_a_path_no_further_than_a_loaded_run_measured_it() 
     stats.write_busy_s = stats.read_busy_s = 15.5
     single.learn(stats, fit=CallFit())
     floor = (single.tw, single.tr)
+    # the next checkpointer of the process (a fresh Revolver per gradient) starts from it
+    memory = CostMemory()
+    memory.keep(("key",), single)
+    single = memory.recall(("key",), IntervalTuner(
+        n_steps=100, l1_slots=4, staging_buffers=2, inline=False, taping=True, tw=5e-3,
+        tr=5e-3, tc=1e-4, tf=1e-3))
     stats.l2_writes = stats.l2_reads = 80
     stats.bytes_written = stats.l2_stored_bytes = 80 * (10 << 20)
     stats.write_busy_s = stats.read_busy_s = 0.4
