@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from asyncckpt import FileStorage, HostMemoryStorage, Storage, StorageFullError, StorageKeyError
-from asyncckpt.storage import TieredStorage
+from asyncckpt.storage import TieredStorage, WrapperStorage
+from asyncckpt._calibrate import BURST_STATES, measure_transfer
 from asyncckpt._buffers import PAGE, aligned_buffer
 from asyncckpt.storage.files import KEPT_FILES, RELEASE_IN_BACKGROUND_BYTES, release_files
 from asyncckpt.testing import StorageTests
@@ -491,3 +492,55 @@ class TestTieredStorage(ProjectBackend):
             assert 1 not in storage
         finally:
             storage.close()
+
+
+# -- the probe of Level-2's costs at construction ------------------------------------------------
+
+
+class Recorded(WrapperStorage):
+    """A real backend whose calls are recorded, with room for ``room`` states (a full device
+    beyond them)."""
+
+    def __init__(self, inner: Storage, room: int | None = None) -> None:
+        super().__init__(inner)
+        self.calls: list[tuple[str, int]] = []
+        self.held: set[int] = set()
+        self.room = room
+
+    def put(self, key: int, data: np.ndarray) -> None:
+        if self.room is not None and len(self.held) >= self.room:
+            raise StorageFullError(f"no room for a state beside {self.room}")
+        self.calls.append(("put", key))
+        super().put(key, data)
+        self.held.add(key)
+
+    def delete(self, key: int) -> None:
+        super().delete(key)
+        self.held.discard(key)
+
+    def get(self, key: int, out: np.ndarray) -> None:
+        self.calls.append(("get", key))
+        super().get(key, out)
+
+
+def test_a_probe_of_files_writes_a_burst_of_states_then_reads_them(disk_dir) -> None:
+    """A device throttled with a small burst allowance serves one state at its own speed and
+    several in a row at its cap: files are probed with BURST_STATES in a row."""
+    storage = Recorded(FileStorage(disk_dir))
+    storage.put(-1, np.ones(3 * PAGE, np.uint8))  # a state the probe must leave alone
+    tw, tr = measure_transfer(storage, 3 * PAGE)
+    assert tw > 0 and tr > 0
+    puts = [key for call, key in storage.calls if call == "put"][1:]
+    gets = [key for call, key in storage.calls if call == "get"]
+    assert len(puts) == BURST_STATES == len(set(puts)) and -1 not in puts and puts == gets
+    assert storage.held == {-1} and -1 in storage
+    full = Recorded(FileStorage(disk_dir), room=2)
+    assert min(measure_transfer(full, PAGE)) > 0  # the row ends where the device is full
+    assert len(full.calls) == 4 and not full.held
+    with pytest.raises(StorageFullError):
+        measure_transfer(Recorded(FileStorage(disk_dir), room=0), PAGE)
+    memory = Recorded(HostMemoryStorage())
+    measure_transfer(memory, PAGE)  # in memory: one state at a time, never four held at once
+    assert {key for _, key in memory.calls} == {-1} and not memory.held
+    for opened in (storage, full, memory):
+        opened.close()
