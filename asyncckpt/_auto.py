@@ -119,10 +119,16 @@ class AutoPlanner:
         key = cost_key(fwd, rev, memory.nbytes, device, transfers, memory.taping, codec)
         other = cost_key(fwd, rev, memory.nbytes, device, transfers, not memory.taping, codec)
         tw, tr = transfer_costs
+        # a device outside process memory was probed with a burst of states in a row: a light
+        # run is not to price it below that (see LOADED)
+        paths = zip(tiers_of(storage), tier_costs or [transfer_costs])
+        loaded: list[tuple[float | None, float | None]] = [
+            (None, None) if tier.holds_process_memory else costs for tier, costs in paths]
         fresh = IntervalTuner(
             memory.n_timesteps or 100 * (planner.l1_slots + 1), planner.l1_slots,
             staging_buffers, transfers == "inline", memory.taping, tw=tw, tr=tr, tc=copy_s,
-            tier_costs=tier_costs, in_memory=memory_tier(storage), codec=codec_costs)
+            tier_costs=tier_costs, in_memory=memory_tier(storage), codec=codec_costs,
+            loaded_costs=loaded)
         return cls(planner, COSTS.recall(key, fresh, otherwise=other), key, **parts)
 
     def nominal_n(self) -> int:

@@ -295,3 +295,21 @@ def test_a_subclass_that_overrides_put_sees_every_write() -> None:
         for got, want in zip(forward_reverse(model, ckp), reference):
             assert got.tobytes() == want.tobytes()
         assert Counting.puts == ckp.stats.l2_writes == 10
+
+
+def test_the_disk_tier_is_priced_no_lower_than_its_probe_of_states_in_a_row(disk_dir) -> None:
+    """The probe wrote a burst of states to the disk tier in a row: what a run that loaded it
+    less measures does not lower its price below that; the DRAM tier's may fall."""
+    n = 60
+    model = Leapfrog(n)
+    state = padded(check_descriptor(model))
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n,
+                           memory_budget=12 * state, storage=["dram", disk_dir]) as ckp:
+        tuner = ckp.costs
+        assert tuner is not None and tuner.tier_costs is not None
+        probed = tuner.tier_costs[1]
+        assert tuner.loaded_costs == [(None, None), probed]
+        for _ in range(2):
+            forward_reverse(model, ckp)
+            disk = ckp.costs.tier_costs[1]
+            assert disk[0] >= probed[0] and disk[1] >= probed[1]
