@@ -615,7 +615,8 @@ class CostMemory:
                        codec=tuner.codec if known.codec is None else known.codec,
                        tx=known.tx,
                        tier_costs=known.tier_costs if same_tiers else tuner.tier_costs,
-                       loaded_costs=known.loaded_costs if same_paths else None)
+                       loaded_costs=known.loaded_costs if same_paths and known.loaded_costs
+                       is not None else tuner.loaded_costs)
 
     def keep(self, key: tuple[object, ...], tuner: IntervalTuner) -> None:
         """Keep ``tuner``'s measured costs for the next checkpointer under ``key``."""
