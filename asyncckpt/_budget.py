@@ -118,13 +118,17 @@ class MemoryPlan:
                    on_host)
 
     def split(self, fixed_slots: int | None, interval: int | str) -> tuple[int, bool]:
-        """Level-1 slots, and whether the run needs no Level-2 (every state the reverse sweep
-        reads fits in Level-1, or the budget leaves no room for the transfer engine)."""
+        """Level-1 slots, and whether the run needs no Level-2 (``interval=0`` asks for none;
+        otherwise every state the reverse sweep reads fits in Level-1, or the budget leaves no
+        room for the transfer engine)."""
         n, budget = self.n_timesteps, self.budget
-        if interval == 0:
-            return self._level1_alone(fixed_slots)
+        alone = interval == 0  # Revolve in Level-1 alone: its slots, or the budget's
         guess = interval if isinstance(interval, int) else 10  # "auto" revises it every run
         if n is None:  # an online run needs Level-2: only n tells when Level-1 is enough
+            if alone:
+                raise InvalidValueError("interval=0 (Revolve in Level-1 alone) needs "
+                                        "n_timesteps: a run of unknown length stores its "
+                                        "states in Level-2")
             if budget is None:
                 assert fixed_slots is not None
                 return fixed_slots, False
@@ -140,31 +144,16 @@ class MemoryPlan:
         needed = max(1, n - (1 if self.taping else 0))
         if budget is None:
             assert fixed_slots is not None
-            return fixed_slots, fixed_slots >= needed
+            return fixed_slots, alone or fixed_slots >= needed
         if fixed_slots is not None:
-            level1_only = fixed_slots >= needed or budget.max_slots_with_level2 < 1
+            level1_only = alone or fixed_slots >= needed or budget.max_slots_with_level2 < 1
             budget.check_slots(fixed_slots, not level1_only)
             return fixed_slots, level1_only
-        if budget.buffers >= needed:
-            return needed, True
+        if alone or budget.buffers >= needed:
+            return min(budget.buffers, needed), True
         if budget.max_slots_with_level2 < 1:
             return min(budget.buffers, n), True  # Revolve in the budget's slots alone
         return max(1, min(guess, budget.max_slots_with_level2)), False
-
-    def _level1_alone(self, fixed_slots: int | None) -> tuple[int, bool]:
-        """The slots of ``interval=0``: ``fixed_slots``, else as many as the budget holds (at
-        most the states the reverse sweep reads)."""
-        n, budget = self.n_timesteps, self.budget
-        if n is None:
-            raise InvalidValueError("interval=0 (Revolve in Level-1 alone) needs n_timesteps: "
-                                    "a run of unknown length stores its states in Level-2")
-        if budget is None:
-            assert fixed_slots is not None
-            return fixed_slots, True
-        if fixed_slots is not None:
-            budget.check_slots(fixed_slots, False)
-            return fixed_slots, True
-        return min(budget.buffers, max(1, n - (1 if self.taping else 0))), True
 
     def bounds_level2(self, in_level1: bool) -> bool:
         """Whether a budget bounds what Level-2 keeps in process memory: on the host

@@ -313,3 +313,19 @@ def test_the_disk_tier_is_priced_no_lower_than_its_probe_of_states_in_a_row(disk
             forward_reverse(model, ckp)
             disk = ckp.costs.tier_costs[1]
             assert disk[0] >= probed[0] and disk[1] >= probed[1]
+
+
+def test_interval_zero_runs_revolve_in_the_budgets_slots_alone() -> None:
+    n = 30
+    model = Leapfrog(n)
+    reference = store_all_reference(model)
+    state = padded(check_descriptor(model))
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, interval=0,
+                           memory_budget=5 * state) as ckp:
+        got = forward_reverse(model, ckp)
+        assert ckp.l1_slots == 5 and ckp.interval == 0
+        assert ckp.stats.l2_writes == 0 and ckp.stats.l1_peak_slots == 5
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, reference))
+    with pytest.raises(ValueError, match=r"interval=0 \(Revolve in Level-1 alone\) needs "
+                                         "n_timesteps"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), None, interval=0, l1_slots=2)

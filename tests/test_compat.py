@@ -199,6 +199,8 @@ def test_zero_checkpoints_and_one_step() -> None:
     model = RecurrentCell(5)
     with pytest.raises(ValueError, match="n_checkpoints must be >= 1"):
         Revolver(model, Forward(model), Reverse(model), 0, 5)
+    with pytest.raises(TypeError, match="n_checkpoints must be an int, got '3'"):
+        Revolver(model, Forward(model), Reverse(model), "3", 5)  # before any apply_forward
     with Revolver(model, Forward(model), Reverse(model), 2, None) as unknown:
         with pytest.raises(UsageError, match=r"n_timesteps=None: apply_forward\(stop=callable\)"):
             unknown.apply_forward()

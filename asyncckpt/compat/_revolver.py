@@ -16,7 +16,7 @@ from schedules import OnlineMultistage, simulate
 from .._budget import engine_buffers
 from .._buffers import padded
 from .._mpi import world_if_running
-from .._options import check_operator, environment, parse_bytes, parse_flag, parse_interval
+from .._options import check_int, check_operator, environment, parse_bytes, parse_flag, parse_interval
 from .._pool import POOL
 from ..checkpoint import Checkpoint, as_dtype, check_descriptor
 from ..checkpointer import AsyncCheckpointer
@@ -169,10 +169,8 @@ class Revolver:
                 else None if text is None else parse_compression("ASYNCCKPT_COMPRESSION", text))
         if n_checkpoints is None and "memory_budget" not in options:
             options["memory_budget"] = default_budget(nbytes)
-        elif isinstance(n_checkpoints, int) and not isinstance(n_checkpoints, bool) \
-                and n_checkpoints < 1:
-            raise InvalidValueError(f"n_checkpoints must be >= 1 (one Level-1 slot at least), got "
-                             f"{n_checkpoints}")
+        elif n_checkpoints is not None:  # checked here: the engine is built later
+            check_int("n_checkpoints", n_checkpoints, 1)
         if storage is None:
             storage = environment("ASYNCCKPT_STORAGE")
         if interval is None:
