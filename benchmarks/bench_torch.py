@@ -8,8 +8,11 @@ cross-entropy, so the outputs are n scalars and memory is the method's own. Per 
   autograd (every step's graph kept), the forward sweep alone without a graph, and
   ``checkpoint_scan``; its floor is plain autograd plus one more forward sweep (each reverse step
   re-runs its step to build its graph, as ``torch.utils.checkpoint`` does); ``torch.utils.
-  checkpoint`` per step beside them, and over sqrt(n) chunks of steps (torch's advice for a
-  sequence: its memory is sqrt(n) carries and one chunk's graph).
+  checkpoint`` per step beside them, over sqrt(n) chunks of steps (torch's advice for a
+  sequence: its memory is sqrt(n) carries and one chunk's graph), and nested in as few levels
+  of chunks as fit ``--budget`` (``torch-checkpoint-budget``: torch at equal memory, in its
+  reentrant form, since the other keeps every step's autograd nodes; each level runs every
+  step once more; the line gives its chunk lengths and the bytes they hold).
 - **memory**, each method in its own process: peak RSS during the gradient (Linux's VmHWM,
   reset just before it) and its growth over the RSS just before it. ``checkpoint_scan`` holds carries within ``--budget`` bytes
   (Level-1 and DRAM Level-2), the rest in the temporary directory.
@@ -32,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from typing import Any
 
 VOCAB = 50
@@ -65,6 +69,7 @@ def _run(method: str, n: int, budget: str) -> tuple[float, list[Any]]:
     import torch
     import torch.utils.checkpoint as torch_checkpoint
 
+    from asyncckpt._options import parse_bytes
     from asyncckpt.torch import checkpoint_scan
 
     step, xs, params = _model(n)
@@ -95,6 +100,30 @@ def _run(method: str, n: int, budget: str) -> tuple[float, list[Any]]:
             carry, part = torch_checkpoint.checkpoint(steps, begin, carry, use_reentrant=False)
             parts.append(part)
         torch.cat(parts).sum().backward()
+    elif method == "torch-checkpoint-budget":  # nested chunks that fit the budget
+        lengths = _nested_chunks(n, parse_bytes("budget", budget), _carry_bytes(),
+                                 _graph_bytes(step, carry, (xs[0][0], xs[1][0]), params))
+
+        # Reentrant: the non-reentrant form keeps every step's autograd nodes (without their
+        # saved tensors) until the backward, some 30 KiB a step here, so no chunking holds a
+        # budget. The reentrant form runs under no_grad and needs an input that requires grad.
+        def levels(begin: int, end: int, h: Any, c: Any, *lengths: int) -> tuple[Any, ...]:
+            losses = []
+            if not lengths:
+                for t in range(begin, end):
+                    (h, c), loss = step((h, c), (xs[0][t], xs[1][t]))
+                    losses.append(loss)
+                return h, c, torch.stack(losses)
+            for chunk in range(begin, end, lengths[0]):
+                h, c, part = torch_checkpoint.checkpoint(
+                    levels, chunk, min(chunk + lengths[0], end), h, c, *lengths[1:],
+                    use_reentrant=True)
+                losses.append(part)
+            return h, c, torch.cat(losses)
+
+        with warnings.catch_warnings():  # an inner level run in its outer one's no_grad
+            warnings.filterwarnings("ignore", "None of the inputs have requires_grad")
+            levels(0, n, *(leaf.requires_grad_() for leaf in carry), *lengths)[2].sum().backward()
     else:
         losses = []
         for t in range(n):
@@ -106,6 +135,79 @@ def _run(method: str, n: int, budget: str) -> tuple[float, list[Any]]:
             losses.append(loss)
         torch.stack(losses).sum().backward()
     return time.perf_counter() - start, [p.grad.clone() for p in params]
+
+
+def _carry_bytes() -> int:
+    return 2 * BATCH * HIDDEN * 4  # h and c, float32
+
+
+def _graph_bytes(step: Any, carry: Any, x: Any, params: list[Any]) -> int:
+    """The bytes one step's graph keeps for its backward: what autograd saves, each storage
+    once, less the carry it was given, its input and the parameters (as ``checkpoint_scan``
+    measures it)."""
+    import torch
+
+    outside = {t.untyped_storage().data_ptr() for t in [*carry, *x, *params]}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: Any) -> Any:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in outside:
+            saved.setdefault(storage.data_ptr(), storage.nbytes())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        step(carry, x)
+    return sum(saved.values())
+
+
+def _nested_bytes(n: int, lengths: tuple[int, ...], carry: int, graph: int) -> int:
+    """The bytes nested chunks of ``lengths`` hold at most: the carries at every level's
+    chunk boundaries and one innermost chunk's graph."""
+    bounds = (n, *lengths)
+    return carry * sum(math.ceil(a / b) for a, b in zip(bounds, bounds[1:])) \
+        + graph * lengths[-1]
+
+
+def _nested_chunks(n: int, budget: int, carry: int, graph: int) -> tuple[int, ...]:
+    """Chunk lengths, outermost first, for ``torch.utils.checkpoint`` nested in as few levels
+    as fit ``budget``: with levels L1 > ... > Ld it holds n/L1 + L1/L2 + ... + L(d-1)/Ld
+    carries and the graph of Ld steps, and each level runs every step once more. The terms
+    are balanced (their product, n * graph / carry, is fixed, so their sum is least when they
+    are equal); a budget that no depth up to 8 fits gets the depth that comes closest."""
+    ratio = graph / carry
+
+    def held(lengths: tuple[int, ...]) -> int:
+        return _nested_bytes(n, lengths, carry, graph)
+
+    best: tuple[int, ...] = ()
+    for depth in range(1, 9):
+        term = (n * ratio) ** (1 / (depth + 1))
+        innermost = max(1.0, term / ratio)
+        lengths = tuple(max(1, min(n, round(innermost * term ** (depth - 1 - i))))
+                        for i in range(depth))
+        if not best or held(lengths) < held(best):
+            best = lengths
+        if held(lengths) <= budget:
+            return lengths
+    return best
+
+
+def _budget_chunks(n: int, budget: str) -> dict[str, Any]:
+    """What ``torch-checkpoint-budget`` makes of ``budget``: its chunk lengths and the bytes
+    they hold, beside a step's graph and a carry."""
+    from asyncckpt._options import parse_bytes
+
+    import torch
+
+    step, xs, params = _model(min(n, 2))
+    carry = (torch.zeros(BATCH, HIDDEN), torch.zeros(BATCH, HIDDEN))
+    graph = _graph_bytes(step, carry, (xs[0][0], xs[1][0]), params)
+    lengths = _nested_chunks(n, parse_bytes("budget", budget), _carry_bytes(), graph)
+    return {"lengths": list(lengths),
+            "held_bytes": _nested_bytes(n, lengths, _carry_bytes(), graph),
+            "graph_bytes_per_step": graph,
+            "carry_bytes": _carry_bytes()}
 
 
 def _peak_rss() -> int:
@@ -168,17 +270,18 @@ def _memory(method: str, n: int, budget: str) -> dict[str, float]:
 
 def _times(n: int, repeats: int, budget: str, plain: bool) -> dict[str, Any]:
     methods = ["checkpoint_scan"] + (["plain", "forward-no-grad", "torch-checkpoint",
-                                      "torch-checkpoint-chunks"] if plain else [])
+                                      "torch-checkpoint-chunks", "torch-checkpoint-budget"]
+                                     if plain else [])
     times: dict[str, list[float]] = {m: [] for m in methods}
-    equal = True
+    equal = {m: True for m in methods if m not in ("plain", "forward-no-grad")}
     for _ in range(repeats):
         grads: dict[str, list[Any]] = {}
         for method in methods:
             seconds, grads[method] = _run(method, n, budget)
             times[method].append(seconds)
-        if plain:
-            equal &= all(a.numpy().tobytes() == b.numpy().tobytes()
-                         for a, b in zip(grads["checkpoint_scan"], grads["plain"]))
+        for method in equal if plain else ():
+            equal[method] &= all(a.numpy().tobytes() == b.numpy().tobytes()
+                                 for a, b in zip(grads[method], grads["plain"]))
     median = {m: statistics.median(v) for m, v in times.items()}
     out: dict[str, Any] = {"seconds": {m: round(v, 3) for m, v in median.items()}}
     if plain:
@@ -190,6 +293,8 @@ def _times(n: int, repeats: int, budget: str, plain: bool) -> dict[str, Any]:
                        median["torch-checkpoint"] / median["checkpoint_scan"], 3),
                    torch_chunks_over_scan=round(
                        median["torch-checkpoint-chunks"] / median["checkpoint_scan"], 3),
+                   torch_budget_over_scan=round(
+                       median["torch-checkpoint-budget"] / median["checkpoint_scan"], 3),
                    bitwise_equal_to_plain=equal)
     return out
 
@@ -246,7 +351,9 @@ def main() -> None:
         if plain:  # beyond --plain-max, memory only
             row.update(_times(n, args.repeats, args.budget, plain))
         row["memory"] = {}
-        for method in ["checkpoint_scan", "torch-checkpoint-chunks"] + (
+        row["torch_budget_chunks"] = _budget_chunks(n, args.budget)
+        for method in ["checkpoint_scan", "torch-checkpoint-chunks",
+                       "torch-checkpoint-budget"] + (
                 ["plain", "torch-checkpoint"] if plain else []):
             done = subprocess.run([sys.executable, __file__, "--budget", args.budget,
                                    "--batch", str(BATCH), "--hidden", str(HIDDEN),
