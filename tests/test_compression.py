@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from asyncckpt import AsyncCheckpointer, CorruptionError, TransferError
+from asyncckpt._auto import AutoPlanner
 from asyncckpt._buffers import aligned_buffer, padded
 from asyncckpt.checkpoint import check_descriptor
 from asyncckpt.compression import (BloscCodec, Codec, CustomCodec, ZfpCodec, make_codec,
@@ -473,6 +474,15 @@ def test_auto_declines_where_states_do_not_shrink_and_level2_is_dram() -> None:
         assert stats.calibration["compressed"] is False
         assert 0 < stats.encoded_states < stats.l2_writes  # still sampled, for the next plan
     assert runs[-1].calibration["codec"]["stored"] > 0.9
+
+
+def test_auto_samples_a_long_run_it_declines_on_a_few_states_spread_over_it() -> None:
+    # each sample costs a compression beside the compute: a run that moves many states
+    # samples about SAMPLES_PER_RUN of them, not every SAMPLE_EVERY-th
+    for stats in auto_runs(Leapfrog(2000, points=1 << 12), None, 2):
+        assert stats.calibration["compressed"] is False
+        assert stats.l2_writes > 8 * AutoPlanner.SAMPLES_PER_RUN
+        assert 0 < stats.encoded_states <= AutoPlanner.SAMPLES_PER_RUN + 1
 
 
 def test_auto_compression_needs_the_models_interval() -> None:
