@@ -308,6 +308,9 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
                     "l2_writes_per_tier": [tier["writes"] for tier in stats.l2_tiers],
                     "compression_ratio": round(stats.compression_ratio, 3),
                     "compress_s": stats.compress_s, "decompress_s": stats.decompress_s,
+                    # whether the plan compressed every state ("auto" may decline and sample)
+                    "plan_compressed": bool(calibration.get("compressed", False)),
+                    "encoded_states": stats.encoded_states,
                 })
     median = {m: statistics.median(v) for m, v in times.items()}
     out: dict[str, Any] = {
@@ -356,7 +359,8 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
             median[method] / median[method.partition("+")[0]], 3)
         out[f"{method}_last_run"] = {k: final[k] for k in (
             "interval", "l1_slots", "compression_ratio", "compress_s", "decompress_s",
-            "write_stall_s", "read_stall_s", "l2_writes_per_tier", "total_s")}
+            "plan_compressed", "encoded_states", "write_stall_s", "read_stall_s",
+            "l2_writes_per_tier", "total_s")}
     for method in protocols:
         out[f"{peer}_over_{method}"] = round(median[peer] / median[method], 3)
         if peer != "pyrevolve-slots" and "pyrevolve-slots" in median:
