@@ -196,9 +196,9 @@ def _nested_chunks(n: int, budget: int, carry: int, graph: int) -> tuple[int, ..
 def _budget_chunks(n: int, budget: str) -> dict[str, Any]:
     """What ``torch-checkpoint-budget`` makes of ``budget``: its chunk lengths and the bytes
     they hold, beside a step's graph and a carry."""
-    from asyncckpt._options import parse_bytes
-
     import torch
+
+    from asyncckpt._options import parse_bytes
 
     step, xs, params = _model(min(n, 2))
     carry = (torch.zeros(BATCH, HIDDEN), torch.zeros(BATCH, HIDDEN))
