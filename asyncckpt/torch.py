@@ -253,18 +253,20 @@ class _Scan:
         return sum(saved.values())
 
     def advance(self, start: int, end: int) -> None:
-        live = self.live.tensors
-        for t in range(self.starts[start], self.starts[end]):
-            with torch.no_grad():
-                new, y = self.call(t, self.carry_tree.unflatten(live),
-                                   self.x(t))
+        live = carry = self.live.tensors
+        with torch.no_grad():
+            # each step takes the one before's carry as it returned it; the live carry, which
+            # the checkpointer reads, takes the segment's last
+            for t in range(self.starts[start], self.starts[end]):
+                carry, y = self.call(t, self.carry_tree.unflatten(carry), self.x(t))
                 if self.recording:
                     if self.ys is None:
                         self.ys = [torch.empty((self.n, *leaf.shape), dtype=leaf.dtype,
                                                device=leaf.device) for leaf in y]
                     for out, leaf in zip(self.ys, y):
                         out[t].copy_(leaf)
-                for target, leaf in zip(live, new):
+            for target, leaf in zip(live, carry):
+                if leaf is not target:
                     target.copy_(leaf)
 
     def reverse(self, s: int) -> None:
