@@ -30,7 +30,7 @@ from .checkpointer import AsyncCheckpointer
 from .errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["checkpoint_scan", "checkpoint_sequential", "closed_over_parameters",
-           "activation_shapes"]
+           "activation_shapes", "saved_bytes"]
 
 _UNSET = object()
 
@@ -113,6 +113,23 @@ def closed_over_parameters(step: Callable[..., Any]) -> list[torch.Tensor]:
 
     visit(step)
     return list(found.values())
+
+
+def saved_bytes(run: Callable[[], object], outside: Sequence[torch.Tensor]) -> int:
+    """The bytes autograd saves for the backward while ``run()`` builds its graph, each storage
+    once, less the storages of ``outside`` (inputs and parameters, held anyway)."""
+    held = {t.untyped_storage().data_ptr() for t in outside}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in held:
+            saved.setdefault(storage.data_ptr(), storage.nbytes())
+        return tensor
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
+    return sum(saved.values())
 
 
 class _Live:
@@ -236,21 +253,11 @@ class _Scan:
         """The bytes step 0's graph keeps for its backward (the tensors autograd saves, each
         storage once; not the carry it was given, ``xs`` or the parameters): the step run once
         more, from u_0, and its graph let go."""
-        outside = {t.untyped_storage().data_ptr()
-                   for t in [*self.live.tensors, *self.xs_data, *self.params]}
-        saved: dict[int, int] = {}
-
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            storage = tensor.untyped_storage()
-            if storage.data_ptr() not in outside:
-                saved.setdefault(storage.data_ptr(), storage.nbytes())
-            return tensor
-
         inputs = [leaf.detach().requires_grad_(leaf.is_floating_point())
                   for leaf in self.live.tensors]
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            self.call(0, self.carry_tree.unflatten(inputs), self.x(0, grad=True))
-        return sum(saved.values())
+        return saved_bytes(
+            lambda: self.call(0, self.carry_tree.unflatten(inputs), self.x(0, grad=True)),
+            [*self.live.tensors, *self.xs_data, *self.params])
 
     def advance(self, start: int, end: int) -> None:
         live = carry = self.live.tensors

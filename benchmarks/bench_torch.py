@@ -142,23 +142,10 @@ def _carry_bytes() -> int:
 
 
 def _graph_bytes(step: Any, carry: Any, x: Any, params: list[Any]) -> int:
-    """The bytes one step's graph keeps for its backward: what autograd saves, each storage
-    once, less the carry it was given, its input and the parameters (as ``checkpoint_scan``
-    measures it)."""
-    import torch
+    """The bytes one step's graph keeps for its backward, as ``checkpoint_scan`` measures it."""
+    from asyncckpt.torch import saved_bytes
 
-    outside = {t.untyped_storage().data_ptr() for t in [*carry, *x, *params]}
-    saved: dict[int, int] = {}
-
-    def pack(tensor: Any) -> Any:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in outside:
-            saved.setdefault(storage.data_ptr(), storage.nbytes())
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        step(carry, x)
-    return sum(saved.values())
+    return saved_bytes(lambda: step(carry, x), [*carry, *x, *params])
 
 
 def _nested_bytes(n: int, lengths: tuple[int, ...], carry: int, graph: int) -> int:

@@ -16,7 +16,8 @@ from schedules import OnlineMultistage, simulate
 from .._budget import engine_buffers
 from .._buffers import padded
 from .._mpi import world_if_running
-from .._options import check_int, check_operator, environment, parse_bytes, parse_flag, parse_interval
+from .._options import (check_int, check_operator, environment, parse_bytes, parse_flag,
+                        parse_interval)
 from .._pool import POOL
 from ..checkpoint import Checkpoint, as_dtype, check_descriptor
 from ..checkpointer import AsyncCheckpointer
