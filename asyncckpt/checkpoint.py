@@ -119,13 +119,14 @@ def check_descriptor(checkpoint: object) -> int:
     for name in ("get_data", "get_data_location"):
         if not callable(getattr(checkpoint, name)):
             raise InvalidTypeError(f"checkpoint.{name} must be callable")
-    size = checkpoint.size  # type: ignore[attr-defined]
+    size = getattr(checkpoint, "size")
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
         raise InvalidValueError(f"checkpoint.size must be a positive int, got {size!r}")
+    dtype = getattr(checkpoint, "dtype")
     try:
-        itemsize = as_dtype(checkpoint.dtype).itemsize  # type: ignore[attr-defined]
+        itemsize = as_dtype(dtype).itemsize
     except TypeError as exc:
-        raise InvalidTypeError(f"checkpoint.dtype {checkpoint.dtype!r} is not a numpy dtype") from exc  # type: ignore[attr-defined]
+        raise InvalidTypeError(f"checkpoint.dtype {dtype!r} is not a numpy dtype") from exc
     return int(size) * itemsize
 
 

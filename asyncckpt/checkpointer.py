@@ -1,10 +1,8 @@
 """AsyncCheckpointer: runs the asynchronous multistage schedule on the user's operators.
 
-The facade and the run's state machine (idle -> forward-done -> idle). What it is made of, each
-in a module of its own: options (``_options``), the memory plan (``_budget``), Level-2
-(``storage``), the plan of each run (``_plan``) and its choice by the model (``_auto``), the
-interpreter of a schedule's actions (``_interpreter``), the transfer engine (``_engine``), the
-run's measurements (``_meter``) and the ranks of an MPI job (``_mpi``).
+The facade and the run's state machine (idle -> forward-done -> idle). Its parts are made in one
+place, :func:`asyncckpt._planning.build.build`: what a run will do is decided in
+:mod:`asyncckpt._planning` and done in :mod:`asyncckpt._execution` (docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -12,26 +10,22 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext, suppress
+from contextlib import suppress
 from typing import Any
-
-from threadpoolctl import threadpool_limits
 
 from schedules import AsyncMultistage, EndForward, EndReverse, OnlineMultistage, Revolve
 from schedules.actions import Action
 
-from ._budget import DEFAULT_STAGING_BUFFERS, MemoryPlan
-from ._assembly import assemble
-from ._interpreter import Level1, RunDecisions
-from ._link import link_for
-from ._mpi import Ranks, ranks_of
-from ._options import Options, check_operator, check_stop
-from ._plan import RunPlan
-from ._tuning import IntervalTuner
+from ._execution.ranks import Ranks, ranks_of
+from ._planning.budget import DEFAULT_STAGING_BUFFERS
+from ._planning.build import Parts, build
+from ._planning.options import Options, check_operator, check_stop
+from ._planning.plan import RunPlan
+from ._planning.tuner import IntervalTuner
 from .checkpoint import as_dtype, check_descriptor
 from .errors import UsageError
 from .stats import Stats
-from .storage import Storage, level2_spec, open_level2
+from .storage import Storage
 
 __all__ = ["AsyncCheckpointer", "RunPlan"]
 
@@ -104,29 +98,17 @@ class AsyncCheckpointer:
     """
 
     def __init__(
-        self,
-        checkpoint: Any,
-        fwd_operator: Any,
-        rev_operator: Any,
-        n_timesteps: int | None,
-        *,
-        l1_slots: int | None = None,
-        interval: int | str = "auto",
+        self, checkpoint: Any, fwd_operator: Any, rev_operator: Any, n_timesteps: int | None, *,
+        l1_slots: int | None = None, interval: int | str = "auto",
         storage: Storage | str | os.PathLike[str] | list[Any] | None = None,
-        memory_budget: int | str | None = None,
-        host_memory_budget: int | str | None = None,
-        staging_buffers: int = DEFAULT_STAGING_BUFFERS,
-        io_threads: int = 1,
-        transfers: str = "auto",
-        verify: bool = True,
-        compression: Any = None,
-        on_level2_error: str = "raise",
-        blas_threads: int | None = None,
-        taping: bool = True,
-        keep_trace: bool = False,
-        comm: Any = None,
+        memory_budget: int | str | None = None, host_memory_budget: int | str | None = None,
+        staging_buffers: int = DEFAULT_STAGING_BUFFERS, io_threads: int = 1,
+        transfers: str = "auto", verify: bool = True, compression: Any = None,
+        on_level2_error: str = "raise", blas_threads: int | None = None, taping: bool = True,
+        keep_trace: bool = False, comm: Any = None,
     ) -> None:
         self._closed = True  # until construction succeeds
+        self._parts: Parts
         self.nbytes = check_descriptor(checkpoint)
         check_operator(fwd_operator=fwd_operator, rev_operator=rev_operator)
         self.checkpoint, self.dtype = checkpoint, as_dtype(checkpoint.dtype)
@@ -143,35 +125,16 @@ class AsyncCheckpointer:
         #: the ranks the plan is agreed on: one process, or every rank of ``comm``
         self.ranks: Ranks = ranks_of(comm)
         self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
-        self._link, first, transfers = link_for(checkpoint, self.nbytes, self.dtype,
-                                                options.transfers)
-        #: The device Level-1 lives on (where u_0's arrays are), or None for host memory.
-        self.device = self._link.device
-        self._level1 = Level1(self.nbytes, self._link)
-        self._owns_storage = False
         try:
-            memory = MemoryPlan.make(self.nbytes, options, on_host=self.device is None,
-                                     ranks=self.ranks)
-            self.memory_budget = None if memory.budget is None else memory.budget.nbytes
-            slots, self.in_level1 = memory.split(options.l1_slots, options.interval)
-            bounded = memory.bounds_level2(self.in_level1)
-            self.storage, self._owns_storage = open_level2(
-                self.ranks.storage_spec(level2_spec(storage, bounded)), self.device,
-                bounded=bounded, codec=None if self.in_level1 else options.codec)
-            parts = assemble(options, memory, slots=slots, in_level1=self.in_level1,
-                             transfers=transfers, storage=self.storage,
-                             owns_storage=self._owns_storage, link=self._link,
-                             level1=self._level1, ranks=self.ranks, checkpoint=checkpoint,
-                             dtype=self.dtype, fwd=fwd_operator, rev=rev_operator, first=first)
-        except BaseException as failure:
-            try:
-                self.ranks.fail(failure)  # the other ranks must not wait for this one
-            finally:
-                self._release()
+            parts = self._parts = build(checkpoint, fwd_operator, rev_operator, self.nbytes,
+                                        self.dtype, options, self.ranks, storage)
+        except BaseException:
+            self.ranks.free()
             raise
-        self._planner, self._engine, self._interpreter = (parts.planner, parts.engine,
-                                                          parts.interpreter)
-        self._meter, self._auto, self.transfers = parts.meter, parts.auto, parts.transfers
+        #: The device Level-1 lives on (where u_0's arrays are, None for host memory); Level-2
+        self.device, self.storage = parts.link.device, parts.storage
+        self.memory_budget = None if parts.memory.budget is None else parts.memory.budget.nbytes
+        self.in_level1, self.transfers = parts.in_level1, parts.transfers
         self.transfer_costs, self.tier_costs = parts.transfer_costs, parts.tier_costs
         self._closed = False
         self._actions: Iterator[Action] | None = None
@@ -183,33 +146,34 @@ class AsyncCheckpointer:
     @property
     def plan(self) -> RunPlan:
         """What the next (or current) run does: slots, interval, Level-2 tiers, prediction."""
-        return self._planner.view(self.transfers)
+        return self._parts.runs.planner.view(self.transfers)
 
     @property
     def l1_slots(self) -> int:
         """Level-1 slots of the next (or current) run."""
-        return self._planner.l1_slots
+        return self._parts.runs.planner.l1_slots
 
     @property
     def l1_bytes(self) -> int:
         """Level-1 bytes of the next (or current) run: slots, staging and prefetch buffers."""
-        return self._planner.l1_bytes
+        return self._parts.runs.planner.l1_bytes
 
     @property
     def interval(self) -> int:
         """The interval of the next (or current) run (0: Level-1 alone)."""
-        return self._planner.interval
+        return self._parts.runs.planner.interval
 
     @property
     def schedule(self) -> AsyncMultistage | OnlineMultistage | Revolve | None:
         """The schedule of the current (or last) run."""
-        return self._planner.schedule
+        return self._parts.runs.planner.schedule
 
     @property
     def costs(self) -> IntervalTuner | None:
         """The costs "auto" and "adaptive" price plans with, as measured so far (None for a fixed
         interval). Its fields may be set, to ask the model what it would choose with others."""
-        return None if self._auto is None else self._auto.tuner
+        auto = self._parts.runs.auto
+        return None if auto is None else auto.tuner
 
     @property
     def stats(self) -> Stats:
@@ -231,38 +195,13 @@ class AsyncCheckpointer:
         check_stop(self.n_timesteps, stop)
         if self._phase != "idle":
             self._abandon_run()
-        self.ranks.settled = False  # a failure agreed on in an earlier run is over
-        planner = self._planner
-        stats = self._stats = Stats(
-            n_timesteps=self.n_timesteps or 0, l1_slots=planner.l1_slots,
-            l1_bytes=planner.l1_bytes, taping=self.taping,
-            device="host" if self.device is None else self.device.name)
-        self._meter.start(self.n_timesteps)
-        if self._auto is not None:
-            self._auto.before_run(stats, self._interpreter)
-        if planner.planned and (planner.adaptive or self.n_timesteps is None):
-            auto = self._auto
-            tf = None if auto is None else auto.tuner.tf
-            # an adaptive run of known n follows its own costs below the planned interval too
-            rechoose = (auto.least_interval if auto is not None and planner.adaptive
-                        and self.n_timesteps is not None else None)
-            planner.online(RunDecisions(
-                self._engine, planner.interval, adaptive=planner.adaptive, stop=stop,
-                stats=stats, model_tf=tf or 0.0, group=self.ranks, rechoose=rechoose,
-                floor=None if rechoose is None else planner.least_interval_floor()))
-        assert planner.schedule is not None
-        stats.interval = planner.interval
-        self.trace = []
-        self._actions = iter(planner.schedule)
-        self._phase = "forward"
-        start = time.perf_counter()
-        try:
-            planner.reserve_slots(self._level1)
-            self._run(EndForward)
-        finally:
-            stats.forward_s = time.perf_counter() - start
-            self._meter.collect(stats)
-        planner.record_forward(stats)
+        parts = self._parts
+        stats, schedule = parts.runs.begin(
+            stop, taping=self.taping, device="host" if self.device is None else self.device.name)
+        self._stats, self.trace = stats, []
+        self._actions, self._phase = iter(schedule), "forward"
+        self._run(EndForward)
+        parts.runs.planner.record_forward(stats)
         self._phase = "forward-done"
 
     def apply_reverse(self) -> None:
@@ -273,38 +212,35 @@ class AsyncCheckpointer:
             raise UsageError("apply_reverse() needs a completed apply_forward() first "
                              f"(the checkpointer is {self._phase!r})")
         self._phase = "reverse"
-        start = time.perf_counter()
-        try:
-            self._run(EndReverse)
-        finally:
-            self._stats.reverse_s = time.perf_counter() - start
-            self._meter.collect(self._stats)
-        self._actions = None
-        self._phase = "idle"
-        if self._auto is not None:
-            self._auto.after_run(self._stats, self._meter.fit)
+        self._run(EndReverse)
+        self._actions, self._phase = None, "idle"
+        self._parts.runs.learn(self._stats)
 
     def _run(self, until: type[EndForward] | type[EndReverse]) -> None:
+        """One sweep, timed into the run's stats."""
         assert self._actions is not None
-        blas = self._options.blas_threads
-        with nullcontext() if blas is None else threadpool_limits(limits=blas, user_api="blas"):
-            try:
-                self._interpreter.run(self._actions, until, self._stats, self._meter.fit,
-                                      self.trace if self.keep_trace else None)
-                if until is EndReverse:
-                    self._engine.drain()
-                self.ranks.exchange()  # the end of a sweep: every rank got here, or all raise
-            except BaseException as failure:
-                self.ranks.fail(failure)
-                raise
+        parts, stats, start = self._parts, self._stats, time.perf_counter()
+        try:
+            if until is EndForward:  # fresh slots fault in on several threads, not in the sweep
+                parts.runs.planner.reserve_slots(parts.level1)
+            parts.interpreter.sweep(self._actions, until, stats, parts.meter.fit,
+                                    self.trace if self.keep_trace else None,
+                                    blas_threads=self._options.blas_threads)
+        finally:
+            elapsed = time.perf_counter() - start
+            if until is EndForward:
+                stats.forward_s = elapsed
+            else:
+                stats.reverse_s = elapsed
+            parts.meter.collect(stats)
 
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError("the AsyncCheckpointer is closed")
 
     def _abandon_run(self) -> None:
-        self._engine.discard()
-        self._level1.abandon()
+        self._parts.engine.discard()
+        self._parts.level1.abandon()
         self._actions = None
         self._phase = "idle"
 
@@ -317,16 +253,17 @@ class AsyncCheckpointer:
             if self._phase != "idle":
                 self._abandon_run()
         finally:
-            self._engine.close()
-            self._release()
+            try:
+                self._parts.engine.close()
+                self._parts.release()
+            finally:
+                self.ranks.free()
 
-    def _release(self) -> None:
-        """Let go of Level-1, the link, Level-2 where the checkpointer opened it, and the ranks."""
-        self._link.close()
-        if self._owns_storage:
-            self.storage.close()
-        self._level1.release()
-        self.ranks.free()
+    def drain(self) -> None:
+        """Wait for every Level-2 transfer still under way (the forward sweep returns with its
+        last writes in flight) and raise the first failure."""
+        self._check_open()
+        self._parts.engine.drain()
 
     def __enter__(self) -> "AsyncCheckpointer":
         return self
@@ -340,6 +277,6 @@ class AsyncCheckpointer:
                 self.close()
 
     def __repr__(self) -> str:
-        interval = self.interval if self._auto is None else repr(self._options.interval)
+        interval = self.interval if self._parts.runs.auto is None else repr(self._options.interval)
         return (f"AsyncCheckpointer(n_timesteps={self.n_timesteps}, l1_slots={self.l1_slots}, "
                 f"interval={interval}, storage={self.storage!r})")

@@ -17,8 +17,8 @@ from schedules.model import (
     predict_store_all,
 )
 
-from ._buffers import aligned_buffer, copy_out
-from ._calibrate import measure_transfer
+from ._memory.buffers import aligned_buffer, copy_out
+from ._planning.calibrate import measure_transfer
 from .storage import Storage, open_storage
 
 __all__ = ["main", "build_parser"]

@@ -45,7 +45,8 @@ class Codec(abc.ABC):
     name: ClassVar[str] = ""
     #: Whether ``decode(encode(x))`` gives x bit for bit. A lossy codec's reads are checked
     #: against a checksum of the stored (compressed) bytes instead of the state's.
-    lossless: ClassVar[bool] = True
+    #: whether decoding gives back the very bytes encoded
+    lossless: bool = True
 
     @abc.abstractmethod
     def encode(self, data: np.ndarray) -> Any:
@@ -212,7 +213,7 @@ class CustomCodec(Codec):
                                    f"decompressor, got {compressor!r} and {decompressor!r}")
         self.compressor, self.decompressor = compressor, decompressor
         self.dtype = np.dtype(np.uint8 if dtype is None else dtype)
-        self.lossless = lossless  # type: ignore[misc]
+        self.lossless = lossless
 
     def encode(self, data: np.ndarray) -> Any:
         if data.nbytes % self.dtype.itemsize:

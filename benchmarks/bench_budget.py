@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Fwd, Rev, Workload  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
-from asyncckpt._buffers import padded  # noqa: E402
+from asyncckpt._memory.buffers import padded  # noqa: E402
 
 
 def main() -> int:

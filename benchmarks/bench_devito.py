@@ -91,7 +91,7 @@ def _quiet_costs(solver: Any, rec: Any, nt: int, space_order: int,
     call per step, and one copy of the state into a buffer it was copied into before."""
     from devito import CheckpointOperator, DevitoCheckpoint, Function, TimeFunction
 
-    from asyncckpt._buffers import aligned_buffer, copy_out
+    from asyncckpt._memory.buffers import aligned_buffer, copy_out
 
     grid, n = solver.model.grid, nt - 2
     u = TimeFunction(name="u", grid=grid, time_order=2, space_order=space_order)
@@ -159,7 +159,7 @@ def _where(run: dict[str, float], quiet: dict[str, float], n: int) -> dict[str, 
 def parse_memory(text: str) -> float | int:
     """``--memory``: a share of all the run's states ("2%", "0.02"; a float in (0, 1]) or a
     size ("148MiB", "160000000"; an int of bytes)."""
-    from asyncckpt._options import parse_bytes
+    from asyncckpt.planning import parse_bytes
 
     text = text.strip()
     try:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Fwd, Rev  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
-from asyncckpt._link import DeviceLink  # noqa: E402
+from asyncckpt._execution.link import DeviceLink  # noqa: E402
 
 
 class Stencil:
@@ -123,7 +123,7 @@ def write_rate(w: Stencil, options: dict[str, Any], repeats: int, n: int = 64) -
 def checksum_rate(nbytes: int, repeats: int = 5) -> float:
     """GB/s of the host checksum (xxh3) on this host: what bounded the Level-2 writes of device
     states before their checksum moved to the device."""
-    from asyncckpt._link import HostLink
+    from asyncckpt._execution.link import HostLink
 
     data = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
     times = []

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Fwd, Rev, Workload, median_time, pyrevolve_runner, store_all  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
-from asyncckpt._buffers import touched  # noqa: E402
-from asyncckpt._link import HostLink  # noqa: E402
+from asyncckpt._memory.buffers import touched  # noqa: E402
+from asyncckpt._execution.link import HostLink, measure_copy  # noqa: E402
 from schedules.model import Costs, predict_revolve, predict_store_all  # noqa: E402
 
 WORKLOADS = {
@@ -37,7 +37,8 @@ WORKLOADS = {
 def copy_time(w: Workload) -> float:
     """Seconds to copy one state: into several buffers in turn, cache-cold, as a run copies
     into many distinct ones."""
-    return HostLink().measure_copy([w.state], [touched(w.state.nbytes) for _ in range(8)], repeats=5)
+    return measure_copy(HostLink(), [w.state], [touched(w.state.nbytes) for _ in range(8)],
+                        repeats=5)
 
 
 def store_all_time(w: Workload, n: int, repeats: int) -> float:

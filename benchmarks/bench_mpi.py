@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Fwd, Rev, Workload  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
-from asyncckpt._mpi import RankGroup  # noqa: E402
+from asyncckpt._execution.ranks import RankGroup  # noqa: E402
 
 
 class CountingGroup(RankGroup):
@@ -53,7 +53,7 @@ def main() -> int:
     w = Workload(int(args.mib * 2**20), passes=args.passes)
     times: dict[str, list[float]] = {"collective": [], "independent": []}
     written = busy = 0.0
-    import asyncckpt._mpi as mpi_module
+    import asyncckpt._execution.ranks as mpi_module
     mpi_module.RankGroup = CountingGroup  # type: ignore[misc]  # count the real plan's exchanges
     interval = int(args.interval) if args.interval.isdigit() else args.interval
     with AsyncCheckpointer(w, Fwd(w), Rev(w), args.n, l1_slots=args.slots, storage=args.dir,

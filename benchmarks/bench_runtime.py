@@ -32,7 +32,7 @@ from _common import (  # noqa: E402
     Fwd, Rev, Workload, median_time, pyrevolve_runner, store_all, touched)
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
-from asyncckpt._buffers import aligned_buffer  # noqa: E402
+from asyncckpt._memory.buffers import aligned_buffer  # noqa: E402
 
 
 def asyncckpt_run(ckp: AsyncCheckpointer, w: Workload) -> None:
@@ -110,7 +110,7 @@ def main() -> None:
                 empty.reset()
                 start = time.perf_counter()
                 ckp.apply_forward()
-                ckp._engine.drain()  # every write on the device
+                ckp.drain()  # every write on the device
                 speeds.append(64 * nbytes / (time.perf_counter() - start))
                 ckp.apply_reverse()
         out.update(raw_write_gbs=raw / 1e9, engine_write_gbs=med(speeds) / 1e9,

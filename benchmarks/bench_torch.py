@@ -69,7 +69,7 @@ def _run(method: str, n: int, budget: str) -> tuple[float, list[Any]]:
     import torch
     import torch.utils.checkpoint as torch_checkpoint
 
-    from asyncckpt._options import parse_bytes
+    from asyncckpt.planning import parse_bytes
     from asyncckpt.torch import checkpoint_scan
 
     step, xs, params = _model(n)
@@ -185,7 +185,7 @@ def _budget_chunks(n: int, budget: str) -> dict[str, Any]:
     they hold, beside a step's graph and a carry."""
     import torch
 
-    from asyncckpt._options import parse_bytes
+    from asyncckpt.planning import parse_bytes
 
     step, xs, params = _model(min(n, 2))
     carry = (torch.zeros(BATCH, HIDDEN), torch.zeros(BATCH, HIDDEN))

@@ -16,16 +16,12 @@ taping steps (see :func:`schedules.revolve.untaped_forward_steps`).
 from __future__ import annotations
 
 import functools
-import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import assert_never
 
 from ._args import check_int
 from ._errors import InvalidValueError
-from .actions import (Action, Advance, EndForward, EndReverse, Free, Load, Prefetch, Reverse, Store,
-                      Tier)
 from .revolve import checkpoints_taken, optimal_recomputations
 
 __all__ = [
@@ -238,74 +234,6 @@ def predict_adaptive(n_steps: int, l1_slots: int, costs: Costs, *, min_interval:
         extra = costs.advance(last) + costs.tc + max(0.0, costs.tw + costs.tr - costs.advance(last))
     return replace(prediction, strategy="adaptive", total_s=prediction.total_s + extra,
                    reverse_s=prediction.reverse_s + extra)
-
-
-def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: int = 2,
-                   channels: int = 1) -> Prediction:
-    """Walk a schedule's actions with a main thread and ``channels`` transfer channels.
-
-    Stores to Level-2 take a staging buffer (the main thread waits for the earliest write to end
-    when none is free); prefetches queue on the channels behind earlier transfers and after the
-    write of their own state; a load from Level-2 waits for its prefetch.
-    """
-    channel_free = [0.0] * channels
-    heapq.heapify(channel_free)
-    now = 0.0
-    forward_end = None
-    in_flight: list[float] = []  # end times of writes holding staging buffers
-    written: dict[int, float] = {}
-    arrives: dict[int, float] = {}
-    write_stall = read_stall = 0.0
-    steps = 0
-
-    def transfer(ready: float, cost: float) -> float:
-        start = max(heapq.heappop(channel_free), ready)
-        end = start + cost
-        heapq.heappush(channel_free, end)
-        return end
-
-    for action in actions:
-        match action:
-            case Advance(start=begin, end=end):
-                steps += end - begin
-                now += costs.advance(end - begin)
-            case Reverse():
-                now += costs.adjoint
-            case Store(step=step, tier=Tier.L2):
-                in_flight = [t for t in in_flight if t > now]
-                if len(in_flight) >= staging_buffers:
-                    earliest = min(in_flight)
-                    write_stall += earliest - now
-                    now = earliest
-                    in_flight.remove(earliest)
-                now += costs.tc + costs.tx
-                done = transfer(now, costs.tw)
-                in_flight.append(done)
-                written[step] = done
-            case Store():
-                now += costs.tc
-            case Prefetch(step=step):
-                arrives[step] = transfer(max(now, written.get(step, 0.0)), costs.tr)
-                now += costs.tx
-            case Load(step=step, tier=tier):
-                if tier is Tier.L2 and arrives[step] > now:
-                    read_stall += arrives[step] - now
-                    now = arrives[step]
-                now += costs.tc
-            case Free(step=step, tier=Tier.L2):
-                arrives.pop(step, None)
-            case Free():
-                pass
-            case EndForward():
-                if forward_end is None:
-                    forward_end = now
-            case EndReverse():
-                pass
-            case _:
-                assert_never(action)
-    forward_end = now if forward_end is None else forward_end
-    return Prediction("simulated", now, forward_end, now - forward_end, steps, write_stall,
-                      read_stall)
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,3 +463,7 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
                           predict_revolve(n, l1_slots, costs, taping=taping, fresh=fresh),
                           predict_store_all(n, costs, taping=taping))
 
+
+
+# the event simulation builds on the model above; it is part of its public face
+from .timeline import simulate_times  # noqa: E402

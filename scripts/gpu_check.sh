@@ -18,7 +18,8 @@ for step in $steps; do
       $python -c 'import sys, numpy, cupy; print(sys.version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__)'
       ;;
     tests)
-      timeout 220 $python -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_device.py \
+      timeout 220 $python -m pytest -q -p no:cacheprovider \
+        tests/test_asyncckpt/execution/test_gpu.py tests/test_asyncckpt/execution/test_device.py \
         2>&1 | tee "$out/tests.log" | tail -40
       ;;
     bench)

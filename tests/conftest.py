@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 SHM = Path("/dev/shm")
+#: this folder (the shared workloads and job scripts), and the project's root
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 
 def asyncckpt_threads() -> list[str]:

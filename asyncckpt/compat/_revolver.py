@@ -9,20 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import psutil
-
 from schedules import OnlineMultistage, simulate
 
-from .._budget import engine_buffers
-from .._buffers import padded
-from .._mpi import world_if_running
-from .._options import (check_int, check_operator, environment, parse_bytes, parse_flag,
-                        parse_interval)
-from .._pool import POOL
+from ..planning import (check_int, check_operator, choose_l1_slots, default_budget,
+                        environment, parse_flag, parse_interval, world_if_running)
 from ..checkpoint import Checkpoint, as_dtype, check_descriptor
 from ..checkpointer import AsyncCheckpointer
 from ..compression import CustomCodec, parse_compression
-from ..errors import InvalidValueError, MemoryBudgetError, UsageError
+from ..errors import InvalidValueError, UsageError
 from ..stats import Stats
 from ..storage import Storage
 from .compression import CompressedObject
@@ -30,36 +24,6 @@ from .profiling import Profiler
 
 __all__ = ["Revolver", "Operator", "Checkpoint", "choose_l1_slots",
            "compression_from_pyrevolve", "default_budget", "taping_from_environment"]
-
-#: Share of the available memory that ``n_checkpoints=None`` takes as its memory budget.
-MEMORY_SHARE = 0.25
-
-
-def default_budget(nbytes: int, available: int | None = None) -> int:
-    """The memory budget of ``n_checkpoints=None``: ``$ASYNCCKPT_MEMORY_BUDGET`` where set, else a
-    quarter of the available memory (psutil; what asyncckpt's pool keeps for reuse counts as
-    available). It bounds Level-1 slots, staging and prefetch buffers and DRAM Level-2 together;
-    Level-2 beyond it goes to the temporary directory (unless ``storage`` says where).
-
-    Raises
-    ------
-    MemoryBudgetError
-        If a quarter of the available memory holds no state beside the staging and prefetch
-        buffers.
-    """
-    text = environment("ASYNCCKPT_MEMORY_BUDGET")
-    if text is not None:
-        return parse_bytes("ASYNCCKPT_MEMORY_BUDGET", text)
-    if available is None:
-        available = psutil.virtual_memory().available + POOL.nbytes
-    budget = int(MEMORY_SHARE * available)
-    if budget // padded(nbytes) < engine_buffers() + 1:
-        raise MemoryBudgetError(
-            f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
-            f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
-        )
-    return budget
-
 
 class Operator(abc.ABC):
     """Base of forward and reverse operators, as pyrevolve's: one ``apply`` called with the
@@ -69,22 +33,6 @@ class Operator(abc.ABC):
     def apply(self, **kwargs: Any) -> None:
         """Forward: advance the live state from u_{t_start} to u_{t_end}. Reverse: the adjoint of
         step t_start (t_end = t_start + 1)."""
-
-
-def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None) -> int:
-    """Level-1 slots for ``n_checkpoints=None``: as many states as fit in a quarter of the
-    available memory (psutil; what asyncckpt's pool keeps for reuse counts as available),
-    beside the staging and prefetch buffers, at most n. Slots are allocated only when a
-    schedule uses them."""
-    if available is None:
-        available = psutil.virtual_memory().available + POOL.nbytes
-    fit = int(MEMORY_SHARE * available // padded(nbytes)) - engine_buffers()
-    if fit < 1:
-        raise MemoryBudgetError(
-            f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
-            f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
-        )
-    return max(1, min(fit, n_timesteps))
 
 
 def taping_from_environment() -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._buffers import PAGE, padded
+from .._memory.buffers import PAGE, padded
 from .base import Device, Event, Stream
 
 __all__ = ["CupyDevice", "is_cuda_array"]
@@ -214,7 +214,7 @@ class CupyDevice(Device):
                      self._cupy.cuda.runtime.memcpyHostToDevice, stream)
 
     def warm_up(self) -> None:
-        # NVRTC takes ~1.5 s on a first build (CuPy caches it on disk): not inside a sweep
+        # NVRTC compiles on a first build (CuPy caches it on disk): not inside a sweep
         if self._digest_kernel is None:
             with self._cuda():
                 kernel = self._cupy.RawKernel(_DIGEST_SOURCE, "asyncckpt_digest")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._buffers import aligned_buffer, copy_in, copy_out
+from .._memory.buffers import aligned_buffer, copy_in, copy_out
 from .base import Device, Event, Stream, word_digest
 
 __all__ = ["StandInArray", "StandInDevice", "StandInStream"]
@@ -185,6 +185,13 @@ class StandInDevice(Device):
             if not synchronous:
                 self._streams.append(stream)
         return stream
+
+    @property
+    def streams(self) -> list[StandInStream]:
+        """The asynchronous streams made so far and not yet torn down (a test injects faults
+        into them)."""
+        with self._lock:
+            return list(self._streams)
 
     def count_sync(self) -> None:
         with self._lock:

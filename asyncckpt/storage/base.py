@@ -3,12 +3,13 @@ a backend around another one (metering, fault injection, compression)."""
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidTypeError
+from ..errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Storage", "WrapperStorage"]
 
@@ -33,33 +34,29 @@ class Storage(abc.ABC):
 
     Subclass it, or a concrete backend, to add a backend or to inject faults; wrap one in a
     :class:`WrapperStorage` to change what it does without knowing its class. A subclass that
-    overrides ``put`` sees every write: where it does not also override ``adopt`` below that
-    ``put``, its ``adopt`` is the base one, which calls ``put``.
+    overrides ``put`` sees every write: the runtime hands staged states over through
+    :meth:`put_staged`, which calls ``adopt`` only where no ``put`` overrides it from below.
 
-    What the runtime needs to know of a backend it asks of these attributes, never of its class:
-    :attr:`holds_process_memory`, :attr:`nbytes_held`, :meth:`spares`, :attr:`tiers`,
-    :attr:`fresh_s` and :attr:`compression`.
+    What the runtime needs to know of a backend it asks of these capabilities, never of its
+    class, each with a default here: :attr:`holds_process_memory`, :attr:`nbytes_held`,
+    :meth:`spares`, :attr:`fresh_s`, :attr:`compression`, and for a backend of several tiers
+    :attr:`tiers`, :attr:`capacities`, :meth:`set_byte_limit`, :meth:`counters` and
+    :meth:`reset_counters`.
     """
 
-    #: Whether stored states occupy this process's memory (host DRAM, pinned memory): a memory
-    #: budget then counts them, and bounds the backend as a tier of its own.
-    holds_process_memory: ClassVar[bool] = False
+    @property
+    def holds_process_memory(self) -> bool:
+        """Whether stored states occupy this process's memory (host DRAM, pinned memory): a
+        memory budget then counts them, and bounds the backend as a tier of its own (default
+        False)."""
+        return False
 
-    #: Seconds spent obtaining fresh memory (first-touch page faults) inside ``put`` and
-    #: ``adopt``; the tuner prices writes without it. Backends that allocate as they go count it.
-    fresh_s: float = 0.0
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        mro = cls.__mro__
-
-        def owner(name: str) -> int:
-            return next(i for i, klass in enumerate(mro) if name in vars(klass))
-
-        # a put overridden below the adopt it would inherit: that adopt (a DRAM backend's keeps
-        # the buffer without calling put) would skip the override, so adopt calls put instead
-        if owner("put") < owner("adopt"):
-            cls.adopt = Storage.adopt  # type: ignore[method-assign]
+    @property
+    def fresh_s(self) -> float:
+        """Seconds spent obtaining fresh memory (first-touch page faults) inside ``put`` and
+        ``adopt`` so far; the tuner prices writes without it. Backends that allocate as they go
+        count it (default 0)."""
+        return 0.0
 
     @property
     def nbytes_held(self) -> int:
@@ -85,6 +82,26 @@ class Storage(abc.ABC):
         capacity (:class:`~asyncckpt.storage.TieredStorage`); None for one device (the
         default)."""
         return None
+
+    @property
+    def capacities(self) -> Sequence[int | None] | None:
+        """States each of :attr:`tiers` may hold (None: no limit), or None for one device (the
+        default)."""
+        return None
+
+    def set_byte_limit(self, tier: int, nbytes: int | None) -> None:
+        """Bound the bytes of states ``tier`` of :attr:`tiers` may hold from now on (None: no
+        bound). One device has no tiers to bound: the default raises."""
+        raise InvalidValueError(f"{self!r} has no tiers: set_byte_limit({tier}, {nbytes}) "
+                                "needs a backend of several (a TieredStorage)")
+
+    def counters(self) -> list[dict[str, float]] | None:
+        """Per tier since :meth:`reset_counters`: writes, reads, their seconds and the bytes
+        written; None for one device (the default)."""
+        return None
+
+    def reset_counters(self) -> None:
+        """Zero what :meth:`counters` reports (a new run begins). The default does nothing."""
 
     @abc.abstractmethod
     def put(self, key: int, buf: np.ndarray) -> None:
@@ -141,11 +158,18 @@ class Storage(abc.ABC):
         under ``key``; return a buffer of at least ``nbytes`` bytes to stage into next.
 
         The default is :meth:`put`, returning ``buffer`` itself. A backend that can keep the
-        buffer as the stored copy (DRAM) returns a spare one instead and saves a copy; a
-        subclass that changes what ``put`` does must then route ``adopt`` through it as well.
+        buffer as the stored copy (DRAM) returns a spare one instead and saves a copy.
         """
         self.put(key, buffer[:nbytes])
         return buffer
+
+    def put_staged(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
+        """What the runtime calls to store a staging buffer: :meth:`adopt`, unless a subclass
+        overrides ``put`` below the class whose ``adopt`` it would inherit (that ``adopt``
+        would skip the override), in which case the base one, which calls ``put``."""
+        if _put_below_adopt(type(self)):
+            return Storage.adopt(self, key, buffer, nbytes)
+        return self.adopt(key, buffer, nbytes)
 
     def get_config(self) -> dict[str, Any] | None:
         """A plain dict that :func:`from_config` rebuilds the backend from (in another process,
@@ -159,14 +183,23 @@ class Storage(abc.ABC):
         self.close()
 
 
+@functools.cache
+def _put_below_adopt(cls: type) -> bool:
+    """Whether ``cls`` takes ``put`` from a class below the one it takes ``adopt`` from."""
+    mro = cls.__mro__
+
+    def owner(name: str) -> int:
+        return next(i for i, klass in enumerate(mro) if name in vars(klass))
+    return owner("put") < owner("adopt")
+
+
 class WrapperStorage(Storage):
     """A backend that passes every call to ``inner``: subclass it and override what should
     change (a ``put`` that counts, a ``get`` that injects a fault, a codec around both).
 
-    What the runtime asks of a backend (:attr:`holds_process_memory`, :attr:`nbytes_held`,
-    :meth:`spares`, :attr:`fresh_s`, :attr:`compression`) is the inner backend's, so a wrapper around host DRAM is
-    counted by a memory budget as DRAM. A wrapper is one device to the runtime: :attr:`tiers`
-    stays None even around a :class:`~asyncckpt.storage.TieredStorage`. ``close`` closes the
+    Every capability the runtime asks of a backend (see :class:`Storage`) is the inner
+    backend's, so a wrapper around host DRAM is counted by a memory budget as DRAM and one
+    around a :class:`~asyncckpt.storage.TieredStorage` shows its tiers. ``close`` closes the
     inner backend.
 
     Parameters
@@ -185,12 +218,29 @@ class WrapperStorage(Storage):
         return f"{type(self).__name__}({self.inner!r})"
 
     @property
-    def holds_process_memory(self) -> bool:  # type: ignore[override]
+    def holds_process_memory(self) -> bool:
         return self.inner.holds_process_memory
 
     @property
-    def fresh_s(self) -> float:  # type: ignore[override]
+    def fresh_s(self) -> float:
         return self.inner.fresh_s
+
+    @property
+    def tiers(self) -> Sequence[Storage] | None:
+        return self.inner.tiers
+
+    @property
+    def capacities(self) -> Sequence[int | None] | None:
+        return self.inner.capacities
+
+    def set_byte_limit(self, tier: int, nbytes: int | None) -> None:
+        self.inner.set_byte_limit(tier, nbytes)
+
+    def counters(self) -> list[dict[str, float]] | None:
+        return self.inner.counters()
+
+    def reset_counters(self) -> None:
+        self.inner.reset_counters()
 
     @property
     def nbytes_held(self) -> int:
@@ -207,7 +257,7 @@ class WrapperStorage(Storage):
         self.inner.put(key, buf)
 
     def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
-        return self.inner.adopt(key, buffer, nbytes)
+        return self.inner.put_staged(key, buffer, nbytes)
 
     def get(self, key: int, out: np.ndarray) -> None:
         self.inner.get(key, out)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from .._buffers import aligned_buffer, padded
+from .._memory.buffers import aligned_buffer, padded
 from ..errors import CorruptionError, InvalidTypeError, StorageKeyError
 from .base import Storage, WrapperStorage
 
@@ -123,24 +123,6 @@ class CompressedStorage(WrapperStorage):
         if scratch is None or scratch.nbytes < nbytes:
             scratch = self._scratch.buffer = aligned_buffer(padded(nbytes))
         return scratch[:nbytes]
-
-    # tiers: the inner backend's, holding compressed states
-    @property
-    def tiers(self) -> Any:  # type: ignore[override]
-        return self.inner.tiers
-
-    @property
-    def capacities(self) -> Any:
-        return self.inner.capacities  # type: ignore[attr-defined]
-
-    def set_byte_limit(self, tier: int, nbytes: int | None) -> None:
-        self.inner.set_byte_limit(tier, nbytes)  # type: ignore[attr-defined]
-
-    def counters(self) -> Any:
-        return self.inner.counters()  # type: ignore[attr-defined]
-
-    def reset_counters(self) -> None:
-        self.inner.reset_counters()  # type: ignore[attr-defined]
 
     @property
     def compress_every(self) -> int:

@@ -1,5 +1,4 @@
-"""Level-2 in one preallocated file with no name, on a ramdisk or an SSD; the files that closed
-backends keep for the next one under the same directory."""
+"""Level-2 in one preallocated file with no name, on a ramdisk or an SSD."""
 from __future__ import annotations
 
 import errno
@@ -7,129 +6,21 @@ import logging
 import os
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._buffers import PAGE, aligned_buffer, padded
-from .._keytable import KeyTable
+from .._memory.buffers import PAGE, aligned_buffer, padded
+from .._memory.keytable import KeyTable
 from ..errors import (InvalidTypeError, InvalidValueError, StorageError, StorageFullError,
                       StorageKeyError)
 from .base import Storage, gib
+from .kept import KEPT_FILES, KeptFile, keep_or_release, release_files, take_kept
 
 __all__ = ["FileStorage", "release_files", "KEPT_FILES"]
 
 log = logging.getLogger(__name__)
-
-#: A file that held at least this much is closed on a thread of its own: freeing its blocks
-#: waits on the device at no CPU (0.5 s for 3.8 GB on a disk mounted with ``discard``)
-RELEASE_IN_BACKGROUND_BYTES = 256 << 20
-
-
-#: Files of closed backends kept for reuse, at most (the most recent): a program that makes a
-#: checkpointer per gradient finds its last file again, while a test suite's many directories
-#: hold no more than this many
-KEPT_FILES = 2
-
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        os.close(fd)
-
-
-def _release(fds: list[int], nbytes: int) -> None:
-    """Close ``fds``; a large file's on a short-lived thread of its own (see
-    :data:`RELEASE_IN_BACKGROUND_BYTES`)."""
-    if nbytes >= RELEASE_IN_BACKGROUND_BYTES:
-        # the file has no name: nothing can reach it while its blocks are being freed
-        threading.Thread(target=_close_all, args=(fds,), name="asyncckpt-file-release",
-                         daemon=True).start()
-    else:
-        _close_all(fds)
-
-
-@dataclass(frozen=True)
-class _KeptFile:
-    fd: int
-    direct_fd: int
-    #: bytes backed by fallocate
-    nbytes: int
-
-    def fds(self) -> list[int]:
-        return [fd for fd in (self.fd, self.direct_fd) if fd >= 0]
-
-
-class _KeptFiles:
-    """The files of closed backends, by directory and O_DIRECT, for the next backend there.
-
-    Freeing a file's blocks and allocating them again costs the device time, and in a program
-    that makes a checkpointer per gradient the next run pays it: on this project's disk
-    (ext4 with ``discard``), freeing 3.8 GB took 0.43 s on its own thread, and the next run's
-    transfers and ``fallocate`` waited on it (0.7 s of a 6.4 s Devito gradient, against 0.06 s
-    with the file kept). A closed backend's file is kept instead while the device keeps as much
-    free beside it.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._files: dict[tuple[str, bool], _KeptFile] = {}  # oldest first
-
-    def take(self, key: tuple[str, bool]) -> _KeptFile | None:
-        with self._lock:
-            return self._files.pop(key, None)
-
-    def keep(self, key: tuple[str, bool], kept: _KeptFile) -> None:
-        """Keep ``kept`` for ``key``, letting go of what it replaces and of the oldest beyond
-        :attr:`limit`."""
-        with self._lock:
-            evicted = [self._files.pop(key)] if key in self._files else []
-            self._files[key] = kept
-            while len(self._files) > self.limit:
-                evicted.append(self._files.pop(next(iter(self._files))))
-        for old in evicted:
-            _release(old.fds(), old.nbytes)
-
-    def forget(self) -> None:
-        """In a child after ``fork``: drop the parent's files (closing the child's descriptors
-        only), so that parent and child never write into one file."""
-        files, self._files = list(self._files.values()), {}
-        self._lock = threading.Lock()  # another thread may have held it at the fork
-        for kept in files:
-            _close_all(kept.fds())
-
-    def release(self) -> int:
-        """Close every kept file; return the bytes they held."""
-        with self._lock:
-            files, self._files = list(self._files.values()), {}
-        for kept in files:
-            _release(kept.fds(), kept.nbytes)
-        return sum(kept.nbytes for kept in files)
-
-
-_KEPT = _KeptFiles(KEPT_FILES)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_KEPT.forget)
-
-
-def _take_kept(where: str, direct: bool | None) -> _KeptFile | None:
-    """A kept file under the directory ``where`` (a real path) that ``direct`` accepts: with
-    O_DIRECT if True, without if False, either if None (O_DIRECT first)."""
-    for with_direct in (True, False):
-        if direct is None or direct is with_direct:
-            kept = _KEPT.take((where, with_direct))
-            if kept is not None:
-                return kept
-    return None
-
-
-def release_files() -> int:
-    """Free the disk space of the files that closed :class:`FileStorage` backends keep for the
-    next backend under the same directory; return how many bytes that was."""
-    return _KEPT.release()
-
 
 def _open_unnamed(directory: Path) -> int:
     """Open a new file (mode 0600) under ``directory`` that no name reaches, so that its bytes
@@ -203,7 +94,7 @@ class FileStorage(Storage):
         self._record = 0  # bytes per record, fixed by the first put or reserve
         self._backed = 0  # bytes of the file backed by fallocate
         self._where = os.path.realpath(root)
-        kept = _take_kept(self._where, direct)
+        kept = take_kept(self._where, direct)
         if kept is not None:
             self._fd, self._direct_fd, self._backed = kept.fd, kept.direct_fd, kept.nbytes
         else:
@@ -415,23 +306,10 @@ class FileStorage(Storage):
         self._cleanup()
 
     def _cleanup(self) -> None:
-        kept = _KeptFile(self._fd, self._direct_fd, self._backed)
+        kept = KeptFile(self._fd, self._direct_fd, self._backed)
         self._fd = self._direct_fd = -1
-        if kept.nbytes and kept.fd >= 0 and self._keeps(kept.fd, kept.nbytes):
-            _KEPT.keep((self._where, kept.direct_fd >= 0), kept)
-        else:
-            _release(kept.fds(), kept.nbytes)
+        keep_or_release(self._where, kept)
         self._remove_made_root()
-
-    @staticmethod
-    def _keeps(fd: int, nbytes: int) -> bool:
-        """Whether a closed file of ``nbytes`` is kept: while the device has as much free
-        beside it."""
-        try:
-            stat = os.fstatvfs(fd)
-        except OSError:
-            return False
-        return stat.f_bavail * stat.f_frsize >= nbytes
 
     def _remove_made_root(self) -> None:
         if self._made_root is None:

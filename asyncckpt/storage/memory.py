@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import psutil
 
-from .._buffers import padded
-from .._pool import POOL
+from .._memory.buffers import padded
+from .._memory.pool import POOL
 from ..errors import StorageError, StorageFullError, StorageKeyError
 from .base import Storage, gib
 
@@ -32,6 +32,7 @@ class HostMemoryStorage(Storage):
     """
 
     holds_process_memory = True
+    fresh_s = 0.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -52,7 +53,7 @@ class HostMemoryStorage(Storage):
             self.fresh_s += elapsed
         return buffer
 
-    def get_config(self) -> dict[str, Any]:
+    def get_config(self) -> dict[str, Any] | None:
         """Describe the backend as a plain dict."""
         return {"name": "HostMemoryStorage"}
 
@@ -179,7 +180,7 @@ class PinnedMemoryStorage(HostMemoryStorage):
     def __repr__(self) -> str:
         return f"PinnedMemoryStorage({self.device.name})"
 
-    def get_config(self) -> None:  # type: ignore[override]
+    def get_config(self) -> dict[str, Any] | None:
         return None  # its device is a live object, which a plain dict cannot describe
 
     def _fresh(self, nbytes: int) -> np.ndarray:

@@ -22,12 +22,12 @@ __all__ = ["from_config", "level2_spec", "open_level2", "open_storage", "per_ran
 def _backends() -> dict[str, type[Storage]]:
     """Every concrete Storage subclass defined so far, by class name (the first one wins)."""
     found: dict[str, type[Storage]] = {}
-    pending: list[type[Storage]] = [Storage]  # type: ignore[type-abstract]
+    pending: list[type[Storage]] = list(reversed(Storage.__subclasses__()))
     while pending:
-        for sub in pending.pop().__subclasses__():
-            if not getattr(sub, "__abstractmethods__", None):
-                found.setdefault(sub.__name__, sub)
-            pending.append(sub)
+        sub = pending.pop()
+        if not getattr(sub, "__abstractmethods__", None):
+            found.setdefault(sub.__name__, sub)
+        pending.extend(reversed(sub.__subclasses__()))
     return found
 
 
@@ -45,7 +45,8 @@ def from_config(config: dict[str, Any]) -> Storage:
     if name not in backends:
         raise InvalidValueError(f"config name {name!r} is not a storage backend; expected one of "
                                 f"{', '.join(sorted(backends))}")
-    return backends[name](**{k: v for k, v in config.items() if k != "name"})  # type: ignore[index]
+    backend: type[Any] = backends[str(name)]
+    return backend(**{k: v for k, v in config.items() if k != "name"})
 
 
 def open_storage(storage: Any, device: Any = None) -> tuple[Storage, bool]:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._buffers import padded
-from .._keytable import KeyTable
+from .._memory.buffers import padded
+from .._memory.keytable import KeyTable
 from ..errors import InvalidTypeError, InvalidValueError, StorageError, StorageFullError, \
     StorageKeyError
 from .base import Storage
@@ -40,7 +40,7 @@ class TieredStorage(Storage):
         self._tiers = list(tiers)
         if not self._tiers or not all(isinstance(t, Storage) for t in self._tiers):
             raise InvalidTypeError(f"TieredStorage needs one Storage per tier, got {tiers!r}")
-        self.capacities: list[int | None] = (list(capacities) if capacities is not None
+        self._capacities: list[int | None] = (list(capacities) if capacities is not None
                                              else [None] * len(self.tiers))
         if len(self.capacities) != len(self.tiers):
             raise InvalidValueError(f"TieredStorage: {len(self.capacities)} capacities for "
@@ -72,8 +72,13 @@ class TieredStorage(Storage):
         return f"TieredStorage([{tiers}])"
 
     @property
-    def fresh_s(self) -> float:  # type: ignore[override]
+    def fresh_s(self) -> float:
         return sum(t.fresh_s for t in self.tiers)
+
+    @property
+    def capacities(self) -> list[int | None]:
+        """States each tier may hold (None: no limit)."""
+        return self._capacities
 
     @property
     def tiers(self) -> list[Storage]:
@@ -81,7 +86,7 @@ class TieredStorage(Storage):
         return self._tiers
 
     @property
-    def holds_process_memory(self) -> bool:  # type: ignore[override]
+    def holds_process_memory(self) -> bool:
         """Whether any tier keeps its states in this process's memory."""
         return any(t.holds_process_memory for t in self._tiers)
 
@@ -172,7 +177,7 @@ class TieredStorage(Storage):
         index = self._place(key, "adopt", nbytes)
         start = time.perf_counter()
         try:
-            spare = self.tiers[index].adopt(key, buffer, nbytes)
+            spare = self.tiers[index].put_staged(key, buffer, nbytes)
         except BaseException:
             self._unplace(key)
             raise

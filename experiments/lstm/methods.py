@@ -41,7 +41,7 @@ TORCH = tuple(m for m in METHODS if m.startswith("torch-"))
 def parse_interval(text: str) -> int | str:
     """The ``--interval`` option: a positive int, "auto" or "adaptive" (asyncckpt's own
     parser)."""
-    from asyncckpt._options import parse_interval as parse
+    from asyncckpt.planning import parse_interval as parse
 
     try:
         return parse(text, name="--interval", adaptive=True)

@@ -1,0 +1,395 @@
+"""The transfer engine: Level-1 staging and prefetch buffers, moved to and from Level-2 on named
+worker threads.
+
+The main thread pays one memory copy per store and never waits for a write unless every staging
+buffer is in flight. Futures carry each transfer's result or exception back. Under the "raise"
+policy the first failure marks the engine broken and is raised, chained, on the main thread at
+its next call; under "recompute" a failed write is retried once and a state that stays lost is
+reported by :meth:`TransferEngine.load` for the caller to rebuild.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .._memory.buffers import check_size
+from .._memory.keytable import KeyTable
+from ..errors import CorruptionError, ScheduleError, TransferError
+from ..storage import Storage
+from .counters import TransferCounters
+from .futures import Completed, InlineExecutor, Outcome, wait_awake
+from .link import HostLink, Link
+from .recovery import LinkFailure, Recovery
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TransferEngine"]
+
+
+class TransferEngine:
+    """Moves states between Level-1 buffers and a Level-2 :class:`Storage`.
+
+    Parameters
+    ----------
+    storage : Storage
+        The Level-2 backend.
+    nbytes : int
+        Bytes in one state.
+    staging_buffers : int
+        Writes that may be in flight before a store waits.
+    prefetch_buffers : int
+        Level-2 states that may be held in Level-1 at once (prefetched or being read).
+    io_threads : int
+        Worker threads (named ``asyncckpt-io_N``); 0 runs every transfer inline on the caller's
+        thread, which is faster when a transfer costs less than waking a thread.
+    verify : bool
+        Check every read against the checksum taken at write time.
+    on_error : {"raise", "recompute"}
+        What a failed write, a failed read or a corrupted read does: raise on the caller's thread,
+        or mark the state lost so that the caller recomputes it (see :meth:`load`).
+    link : Link
+        How states get from Level-1 into the staging buffers and from the prefetch buffers back
+        (host memory copies, or a device's streams); it makes those buffers.
+    """
+
+    def __init__(self, storage: Storage, nbytes: int, *, staging_buffers: int,
+                 prefetch_buffers: int, io_threads: int, verify: bool, on_error: str = "raise",
+                 link: Link | None = None) -> None:
+        self.storage = storage
+        self._link: Link = HostLink() if link is None else link
+        link = self._link
+        self.nbytes = nbytes
+        self.verify = verify
+        #: this run's counts, read by the run's meter
+        self.counters = TransferCounters()
+        self.recovery = Recovery(on_error, repr(storage), self.counters)
+        self._free_staging = [link.staging_buffer(nbytes) for _ in range(staging_buffers)]
+        self._free_prefetch = [link.prefetch_buffer(nbytes) for _ in range(prefetch_buffers)]
+        # writes in flight, oldest first, and the same futures by key
+        self._writes: deque[tuple[int, Outcome, np.ndarray]] = deque()
+        self._writing: dict[int, Outcome] = {}
+        # checksums of the writes that completed (8 bytes per Level-2 state)
+        self._digests = KeyTable(np.uint64)
+        # bytes of each state on Level-2 (states may be smaller than ``nbytes``, the largest)
+        self._sizes = KeyTable()
+        # keys freed while their write was still in flight: deleted when it completes
+        self._doomed: set[int] = set()
+        self._reads: dict[int, tuple[Outcome, np.ndarray]] = {}
+        self._executor: ThreadPoolExecutor | InlineExecutor = (
+            ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="asyncckpt-io")
+            if io_threads > 0 else InlineExecutor())
+        self._broken: BaseException | None = None
+        self.last_submit = 0.0  # perf_counter() when the latest write was handed over
+
+    # -- worker side ---------------------------------------------------------------------------
+
+    def _write(self, key: int, buffer: np.ndarray, size: int,
+               ticket: object = None) -> tuple[int, np.ndarray]:
+        """Write u_key (its first ``size`` bytes) from a staging buffer, once the link's
+        ``ticket`` says it is there; return its checksum and the buffer to stage into next (the
+        same one, unless the backend adopted it and gave a spare in exchange)."""
+        linked, digest = 0.0, None
+        if ticket is not None:
+            try:
+                linked, digest = self._link.sent(ticket)
+            except Exception as exc:  # the staging buffer holds nothing to write again
+                raise LinkFailure(f"the copy of u_{key} out of Level-1 failed: {exc!r}") \
+                    from exc
+        start = time.perf_counter()
+        view = buffer[:size]
+        if digest is None:
+            digest = self._link.checksum(view) if self.verify else 0
+        buffer = self.storage.put_staged(key, buffer, size)
+        self.counters.busy(True, linked + time.perf_counter() - start)
+        return digest, buffer
+
+    def _read(self, key: int, buffer: np.ndarray, size: int, digest: int | None,
+              written: Outcome | None) -> None:
+        """Read u_key (``size`` bytes) into a prefetch buffer and make it ready for a load."""
+        if written is not None:
+            digest = written.result()[0]
+        out = buffer[:size]
+        start = time.perf_counter()
+        self.storage.get(key, out)
+        host = time.perf_counter() - start
+        check = self.verify and digest is not None
+        linked, arrived = self._link.receive(buffer, size, check)
+        if check and (arrived if arrived is not None else self._link.checksum(out)) != digest:
+            raise CorruptionError(
+                f"Level-2 read of u_{key} from {self.storage!r}: checksum mismatch "
+                f"({out.nbytes} bytes differ from what was written)"
+            )
+        self.counters.busy(False, host + linked)
+
+    # -- main-thread side ----------------------------------------------------------------------
+
+    def _read_now(self, key: int, buffer: np.ndarray) -> None:
+        """Read u_key into ``buffer`` on the caller's thread (a recovery's read)."""
+        self._read(key, buffer, self._sizes[key], self._digests.get(key), self._writing.get(key))
+
+    def _fail(self, what: str, key: int, exc: BaseException) -> TransferError:
+        error = TransferError(f"{what} of u_{key} on Level-2 {self.storage!r} failed: {exc!r}")
+        error.__cause__ = exc
+        self._broken = error
+        return error
+
+    def check(self) -> None:
+        """Reap finished writes; raise the first failure on the caller's thread."""
+        if self._broken is not None:
+            raise TransferError(f"the transfer engine is broken by an earlier failure: "
+                                f"{self._broken}") from self._broken
+        while self._writes and self._writes[0][1].done():
+            self._reap_write()
+
+    def _reap_write(self) -> None:
+        key, future, buffer = self._writes.popleft()
+        del self._writing[key]
+        exc = future.exception()
+        if (exc is not None and self.recovery.enabled and key not in self._doomed
+                and not isinstance(exc, LinkFailure)):
+            exc, buffer = self._write_again(key, buffer, exc)
+            if exc is None:
+                self._free_staging.append(buffer)
+                return
+        if exc is not None:
+            self._free_staging.append(buffer)
+            self._doomed.discard(key)
+            raise self._fail("write", key, exc)
+        digest, replacement = future.result()
+        self._free_staging.append(replacement)
+        if key in self._doomed:
+            self._doomed.discard(key)
+            self._delete(key)
+        else:
+            self._digests[key] = digest
+
+    def _write_again(self, key: int, buffer: np.ndarray,
+                     exc: BaseException) -> tuple[BaseException | None, np.ndarray]:
+        """After a failed write of u_key (still in its staging buffer), the recovery's say:
+        the error to raise, if any, and the buffer to stage into next."""
+        staged = [buffer]
+
+        def again() -> None:
+            digest, staged[0] = self._write(key, buffer, self._sizes[key])
+            self._digests[key] = digest
+        return self.recovery.write_failed(key, exc, again), staged[0]
+
+    def _delete(self, key: int) -> None:
+        try:
+            self.storage.delete(key)
+        except Exception as exc:
+            if not self.recovery.delete_failed(key, exc):
+                raise self._fail("delete", key, exc) from exc
+
+    def store(self, key: int, arrays: Sequence[np.ndarray]) -> None:
+        """Copy ``arrays`` (u_key) into a staging buffer and write it in the background."""
+        self.check()
+        if not self._free_staging:
+            start = time.perf_counter()
+            wait_awake([self._writes[0][1]])
+            self.counters.write_stall_s += time.perf_counter() - start
+            self._reap_write()
+        buffer = self._free_staging.pop()
+        size = sum(a.nbytes for a in arrays)
+        start = time.perf_counter()
+        ticket = self._link.send(arrays, buffer, size, self.verify)
+        self.counters.copy_s += time.perf_counter() - start
+        self.counters.copies += 1
+        self._sizes[key] = size
+        self.last_submit = time.perf_counter()
+        future = self._executor.submit(self._write, key, buffer, size, ticket)
+        self._writes.append((key, future, buffer))
+        self._writing[key] = future
+        self.counters.stored(size)
+
+    def writing_for(self) -> float | None:
+        """Seconds since the latest Level-2 write was handed over while it is still running
+        (None when no write is in flight): what ``interval="adaptive"`` waits on."""
+        self.check()
+        if not self._writes:
+            return None
+        return time.perf_counter() - self.last_submit
+
+    def staging_free(self) -> bool:
+        """Whether a store would find a free staging buffer now (no wait for a write)."""
+        self.check()
+        return bool(self._free_staging)
+
+    def completed_writes(self) -> tuple[int, float]:
+        """The Level-2 writes completed this run and their seconds in all."""
+        return self.counters.completed(len(self._writes))
+
+    def write_seconds(self) -> float | None:
+        """Mean seconds of the Level-2 writes completed this run (None before the first)."""
+        done, busy_s = self.completed_writes()
+        return busy_s / done if done > 0 else None
+
+    def stored_before(self, key: int) -> list[int]:
+        """The Level-2 states before u_key, newest first (where a lost u_key is rebuilt from)."""
+        return sorted((k for k in self._sizes if k < key), reverse=True)
+
+    def prefetch(self, key: int) -> None:
+        """Start reading u_key into a free prefetch buffer."""
+        self.check()
+        if not self._free_prefetch:
+            raise ScheduleError(f"prefetch of u_{key}: every prefetch buffer is in use "
+                                f"(holding {sorted(self._reads)})")
+        buffer = self._free_prefetch.pop()
+        future: Outcome
+        if key in self.recovery.lost:
+            future = Completed(exception=TransferError(f"u_{key} was never written to Level-2"))
+        else:
+            future = self._executor.submit(self._read, key, buffer, self._sizes[key],
+                                           self._digests.get(key), self._writing.get(key))
+            self.counters.reads += 1
+            self.counters.bytes_read += self._sizes[key]
+        self._reads[key] = (future, buffer)
+
+    def _arrived(self, key: int) -> bool:
+        """Wait for the prefetch of u_key; whether it holds a good copy. A failure raises, or
+        under the recompute policy is logged and counted."""
+        future, _ = self._reads[key]
+        if not future.done():
+            start = time.perf_counter()
+            wait_awake([future])
+            self.counters.read_stall_s += time.perf_counter() - start
+        exc = future.exception()
+        if exc is None:
+            return True
+        if not self.recovery.enabled:
+            raise self._fail("read", key, exc)
+        self.recovery.read_failed(key, exc)
+        return False
+
+    def load(self, key: int, arrays: Sequence[np.ndarray]) -> bool:
+        """Wait for the prefetch of u_key and copy it into ``arrays``.
+
+        Returns False, with ``arrays`` untouched, when u_key is lost (recompute policy): the
+        caller then rebuilds it and hands it back with :meth:`recovered`.
+        """
+        self.check()
+        check_size(key, self._sizes[key], arrays, "Level-2")
+        if not self._arrived(key):
+            return False
+        start = time.perf_counter()
+        self._link.deliver(self._reads[key][1], arrays)
+        self.counters.copy_s += time.perf_counter() - start
+        self.counters.copies += 1
+        return True
+
+    def fetch(self, key: int, arrays: Sequence[np.ndarray], via: int) -> bool:
+        """Copy u_key into ``arrays`` for a recomputation: from its prefetch buffer if it has
+        one, else by a read now into the prefetch buffer of ``via`` (the state being rebuilt).
+        False if u_key is lost too."""
+        if key in self._reads:
+            if not self._arrived(key):
+                return False
+            self._link.deliver(self._reads[key][1], arrays)
+            return True
+        if key in self.recovery.lost:
+            return False
+        buffer = self._reads[via][1]
+        try:
+            self._read_now(key, buffer)
+        except Exception as exc:  # noqa: BLE001 - recompute policy: note it, look further back
+            self.recovery.read_failed(key, exc, f" while recomputing u_{via}")
+            return False
+        self.counters.reads += 1
+        self._link.deliver(buffer, arrays)
+        return True
+
+    def reread(self, key: int, arrays: Sequence[np.ndarray]) -> bool:
+        """Read u_key again, now, into its own prefetch buffer and ``arrays``: a transient fault
+        (a flipped byte in transit, a short read) needs nothing more. False if it fails again or
+        u_key was never written."""
+        if key in self._writing:
+            # its write failed or is still going: settle every write (a failed one is retried)
+            wait_awake([f for _, f, _ in self._writes])
+            self.check()
+        if key not in self._digests:
+            return False
+        buffer = self._reads[key][1]
+        try:
+            self._read_now(key, buffer)
+        except Exception as exc:  # noqa: BLE001 - recompute policy: recompute instead
+            log.warning("Level-2 read of u_%d on %r failed again (%r)", key, self.storage, exc)
+            return False
+        self.counters.reads += 1
+        self.recovery.lost.discard(key)
+        self._reads[key] = (Completed(), buffer)
+        self._link.deliver(buffer, arrays)
+        return True
+
+    def recovered(self, key: int, arrays: Sequence[np.ndarray]) -> None:
+        """Keep the recomputed u_key (``arrays``) in its prefetch buffer, as if it had been read."""
+        _, buffer = self._reads[key]
+        self._link.keep(arrays, buffer)
+        self._reads[key] = (Completed(), buffer)
+
+    def free(self, key: int) -> None:
+        """Release u_key's prefetch buffer and delete it from Level-2 (once its write is done)."""
+        self.check()
+        read = self._reads.pop(key, None)
+        if read is not None:
+            future, buffer = read
+            wait_awake([future])  # the buffer is in use until its read ends
+            self._free_prefetch.append(buffer)
+        self.counters.held -= 1
+        self._sizes.pop(key, None)
+        if key in self._writing:
+            self._doomed.add(key)
+        elif key in self.recovery.lost:
+            self.recovery.lost.discard(key)
+            if key in self._digests:  # written, then unreadable: still on Level-2
+                self._digests.pop(key)
+                self._delete(key)
+        else:
+            self._digests.pop(key, None)
+            self._delete(key)
+
+    def drain(self) -> None:
+        """Wait for every transfer in flight and raise the first failure."""
+        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()])
+        self.check()
+
+    def discard(self) -> None:
+        """Abandon the current run: wait for what is in flight, ignore its failures, delete every
+        state this engine wrote, and make the engine usable again."""
+        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()])
+        written = set(self._digests)
+        for key, future, buffer in self._writes:
+            failed = future.cancelled() or future.exception() is not None
+            self._free_staging.append(buffer if failed else future.result()[1])
+            if not failed:
+                written.add(key)
+        for _, buffer in self._reads.values():
+            self._free_prefetch.append(buffer)
+        self._writes.clear()
+        self._writing.clear()
+        self._reads.clear()
+        self._digests.clear()
+        self._sizes.clear()
+        self._doomed.clear()
+        self.recovery.lost.clear()
+        self.counters.held = 0
+        for key in written:
+            try:
+                self.storage.delete(key)
+            except Exception:  # noqa: BLE001 - best effort on an abandoned run
+                log.warning("could not delete u_%d from %r", key, self.storage, exc_info=True)
+        self._broken = None
+
+    def close(self) -> None:
+        """Stop the worker threads (after the transfers in flight) and give the idle staging and
+        prefetch buffers to the process's pool; safe to call twice."""
+        # the threads are joined without a timeout: let them finish their work first, awake
+        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()])
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        if not self._writes and not self._reads:
+            self._link.release(self._free_staging + self._free_prefetch)
+            self._free_staging, self._free_prefetch = [], []

@@ -1,0 +1,182 @@
+"""Runs a schedule's actions on the user's operators, the Level-1 slots and the transfer engine.
+
+The interpreter never invents an order of work: what :func:`schedules.simulate` validates and
+the model prices is what runs.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from collections.abc import Iterator
+from typing import Any, assert_never
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from schedules import (
+    Advance,
+    EndForward,
+    EndReverse,
+    Free,
+    Load,
+    Prefetch,
+    Reverse,
+    Store,
+    Tier,
+)
+from schedules.actions import Action
+
+from .engine import TransferEngine
+from .level1 import Level1
+from .ranks import Ranks, SoloRanks
+from .timing import CallFit
+from ..checkpoint import check_arrays
+from ..errors import ScheduleError, TransferError
+from ..stats import Stats
+
+__all__ = ["Interpreter", "Level1"]
+
+
+class Interpreter:
+    """Executes actions: Advance and Reverse call the operators, Store/Load/Free move states
+    between the live arrays, Level-1 and (through the engine) Level-2.
+
+    Parameters
+    ----------
+    checkpoint
+        The descriptor: ``get_data(t)`` to copy u_t from, ``get_data_location(t)`` to copy into.
+    nbytes, dtype
+        What every state's arrays must add up to, checked whenever the descriptor hands out new
+        array objects.
+    fwd_operator, rev_operator
+        The user's operators.
+    engine
+        The transfer engine for Level-2.
+    level1
+        The Level-1 slots.
+    group
+        The ranks of an MPI run: after each Level-2 store and load they exchange, so that a
+        failure on one rank is raised on all of them there.
+    """
+
+    def __init__(self, checkpoint: Any, nbytes: int, dtype: np.dtype, fwd_operator: Any,
+                 rev_operator: Any, engine: TransferEngine, level1: Level1,
+                 group: Ranks | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.nbytes, self.dtype = nbytes, dtype
+        self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
+        self.engine = engine
+        self.level1 = level1
+        self.group = SoloRanks() if group is None else group
+        self.link = level1.link
+        # What the descriptor last returned, as it returned it: holding the objects keeps
+        # their ids from being reused, so equal ids mean the same arrays.
+        self._returned: list[Any] = []
+        self._returned_ids: list[int] = []
+        self._known: list[np.ndarray] = []  # the same, checked (device arrays adapted)
+        self._known_nbytes = 0
+        self.descriptor_s = 0.0  # seconds inside the descriptor's calls
+
+    def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
+        """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else
+        ``get_data``), checked against its size and dtype once for as long as it keeps returning
+        the same array objects; their bytes are then in ``_known_nbytes``."""
+        method = "get_data_location" if into else "get_data"
+        start = time.perf_counter()
+        arrays = getattr(self.checkpoint, method)(step)
+        self.descriptor_s += time.perf_counter() - start
+        if isinstance(arrays, (list, tuple)) and list(map(id, arrays)) == self._returned_ids:
+            return self._known
+        where = f"checkpoint.{method}({step})"
+        adapted = (self.link.adapt(arrays) if isinstance(arrays, (list, tuple))
+                   else arrays)
+        self._known = check_arrays(adapted, self.nbytes, self.dtype, where, exact=False,
+                                   device=self.link.device)
+        self._known_nbytes = sum(a.nbytes for a in self._known)
+        self._returned = list(arrays)
+        self._returned_ids = list(map(id, self._returned))
+        return self._known
+
+    def sweep(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
+              stats: Stats, fit: CallFit, trace: list[Action] | None = None, *,
+              blas_threads: int | None = None) -> None:
+        """One sweep: :meth:`run` up to ``until`` with BLAS capped at ``blas_threads``; at the
+        end of the reverse sweep every transfer settled; at the end of either, every rank got
+        there, or all raise."""
+        limit = (nullcontext() if blas_threads is None
+                 else threadpool_limits(limits=blas_threads, user_api="blas"))
+        with limit:
+            try:
+                self.run(actions, until, stats, fit, trace)
+                if until is EndReverse:
+                    self.engine.drain()
+                self.group.exchange()
+            except BaseException as failure:
+                self.group.fail(failure)
+                raise
+
+    def run(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
+            stats: Stats, fit: CallFit, trace: list[Action] | None = None) -> None:
+        """Execute ``actions`` up to and including the first of type ``until``, appending each
+        to ``trace`` when given."""
+        engine, level1, group = self.engine, self.level1, self.group
+        fwd, rev = self.fwd_operator, self.rev_operator
+        timer = self.link.timer(stats, fit)
+        begin_call, end_call = timer.begin, timer.end
+        for action in actions:
+            if trace is not None:
+                trace.append(action)
+            match action:
+                case Advance(start=begin, end=end):
+                    mark = begin_call()
+                    fwd.apply(t_start=begin, t_end=end)
+                    end_call(mark, end - begin, begin)
+                    stats.forward_steps += end - begin
+                case Reverse(step=step):
+                    mark = begin_call()
+                    rev.apply(t_start=step, t_end=step + 1)
+                    end_call(mark, 0)
+                    stats.reverse_steps += 1
+                case Load(step=step, tier=Tier.L1):
+                    level1.load(step, self.arrays(step, into=True), self._known_nbytes)
+                case Load(step=step):
+                    if not engine.load(step, self.arrays(step, into=True)):
+                        self._recompute(step, stats)
+                    group.exchange()
+                case Store(step=step, tier=Tier.L1):
+                    level1.store(step, self.arrays(step, into=False), self._known_nbytes)
+                    stats.l1_peak_slots = max(stats.l1_peak_slots, len(level1.held))
+                case Store(step=step):
+                    engine.store(step, self.arrays(step, into=False))
+                    group.exchange()
+                case Free(step=step, tier=Tier.L1):
+                    level1.free(step)
+                case Free(step=step):
+                    engine.free(step)
+                case Prefetch(step=step):
+                    engine.prefetch(step)
+                case EndForward() | EndReverse():
+                    if type(action) is until:
+                        timer.settle()
+                        return
+                    raise ScheduleError(f"the schedule reached {action!r} while running up to "
+                                        f"{until.__name__}")
+                case _:
+                    assert_never(action)
+
+    def _recompute(self, step: int, stats: Stats) -> None:
+        """Rebuild the lost u_step in the live state (and its prefetch buffer): read it once
+        more, else advance from the nearest earlier Level-2 state that can still be read."""
+        if self.engine.reread(step, self.arrays(step, into=True)):
+            return
+        for start in self.engine.stored_before(step):
+            if self.engine.fetch(start, self.arrays(start, into=True), via=step):
+                clock = time.perf_counter()
+                self.fwd_operator.apply(t_start=start, t_end=step)
+                stats.forward_compute_s += time.perf_counter() - clock
+                stats.forward_steps += step - start
+                stats.recovery_steps += step - start
+                self.engine.recovered(step, self.arrays(step, into=False))
+                return
+        raise TransferError(f"u_{step} is lost on Level-2 {self.engine.storage!r} and no earlier "
+                            "checkpoint can be read to recompute it")

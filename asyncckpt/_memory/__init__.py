@@ -1,0 +1,3 @@
+"""Host memory the other rooms share: page-aligned buffers and their copies (:mod:`.buffers`),
+the process's pool of touched buffers (:mod:`.pool`) and the table of keys to file records
+(:mod:`.keytable`). It imports nothing else of the package but its errors."""

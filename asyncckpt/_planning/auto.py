@@ -1,0 +1,344 @@
+"""``interval="auto"`` and ``"adaptive"`` for one checkpointer: the tuner of its costs, the probe
+of a first run, the choice of each run's plan and what a completed run teaches.
+
+The model and the tuner live in :mod:`schedules.model` and :mod:`asyncckpt._planning.tuner`;
+this module joins them to the checkpointer's parts (its planner, Level-1 slots, Level-2 and
+ranks).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from schedules import AsyncMultistage
+from schedules.model import CodecCosts, adaptive_interval, predict_adaptive
+
+from .budget import slot_candidates
+from .._memory.buffers import padded
+from .calibrate import measure_fault, probe_forward
+from .._execution.interpreter import Interpreter, Level1
+from .._execution.link import HostLink
+from .._execution.ranks import Ranks
+from .plan import Planner
+from .._memory.pool import POOL
+from .choice import Plan, cheapest_near_fastest, fastest_once_warm
+from .cost_memory import COSTS, agree_costs
+from .tuner import CallFit, IntervalTuner
+from ..errors import InvalidValueError, MemoryBudgetError
+from ..stats import Stats
+from ..storage import CompressedStorage, Storage, memory_tier, tiers_of
+
+__all__ = ["AutoPlanner", "cost_key"]
+
+log = logging.getLogger(__name__)
+
+
+def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers: str,
+             taping: bool, codec: object = None) -> tuple[object, ...]:
+    """What the measured unit costs depend on: the operators' kinds, the state size, the
+    Level-2 device, its codec and the protocol: taping runs a forward and a reverse call by
+    turns at every reverse step, and their steps cost more than taping-free runs' do
+    (docs/measurements.md). The first checkpointer of one protocol starts from what runs of
+    the other measured (see :meth:`~asyncckpt._planning.cost_memory.CostMemory.recall`)."""
+    def describe(tier: Storage) -> str:
+        config = tier.get_config()
+        return str(sorted(config.items())) if config else type(tier).__qualname__
+
+    device = " then ".join(describe(tier) for tier in tiers_of(storage))
+    return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
+            type(rev).__qualname__, nbytes, device, transfers, taping, repr(codec))
+
+
+#: Intervals "auto" prices one by one for each slot count, before a grid 10% apart and every
+#: interval beside the grid's best (see :func:`schedules.model.choose_interval`): as good as
+#: pricing every interval, at a fraction of the cost (docs/measurements.md).
+PRICED_INTERVALS = 64
+
+#: Step and write costs an adaptive run prices its least interval at: each within 25% (log
+#: scale) of a cost priced before takes that cost's interval (a pricing costs milliseconds).
+LEAST_GRAIN = math.log(1.25)
+
+
+class AutoPlanner:
+    """Chooses each run's plan from costs measured on the runs of this process.
+
+    Parameters
+    ----------
+    planner : Planner
+        Where the chosen slots and interval go.
+    tuner : IntervalTuner
+        The costs known at construction (probed Level-2 transfers, and what earlier
+        checkpointers of the same key measured).
+    key : tuple
+        The key the costs are remembered under (:func:`cost_key`).
+    slots_fixed : bool
+        Whether the user gave ``l1_slots`` (else a budget's split is chosen too).
+    compressor : CompressedStorage or None
+        Level-2's codec, where it has one: it compresses the states of every run, or with
+        ``compress_auto`` of the runs whose plan the model predicts faster compressed (in
+        the others, every :data:`SAMPLE_EVERY`-th state or :data:`SAMPLES_PER_RUN` over the
+        run, to measure the codec on them).
+    """
+
+    #: with ``compression="auto"``, the codec runs on some states of a run that does not
+    #: compress (their cost and ratio on the run's own states, for the next plan): every
+    #: SAMPLE_EVERY-th, or fewer, SAMPLES_PER_RUN spread over the run, where it moves more
+    #: states. Each sample costs a compression on a core the compute shares and a larger
+    #: write (docs/compression.md)
+    SAMPLE_EVERY = 8
+    SAMPLES_PER_RUN = 8
+
+    def __init__(self, planner: Planner, tuner: IntervalTuner, key: tuple[object, ...], *,
+                 slots_fixed: bool, level1: Level1, link: HostLink, ranks: Ranks,
+                 on_host: bool, compressor: CompressedStorage | None = None,
+                 compress_auto: bool = False) -> None:
+        self.planner = planner
+        self.tuner = tuner
+        self.key = key
+        self.slots_fixed = slots_fixed
+        self.level1 = level1
+        self.link = link
+        self.ranks = ranks
+        self.compressor = compressor
+        self.compress_auto = compress_auto and compressor is not None
+        if self.compress_auto:
+            assert compressor is not None
+            compressor.compress_every = self.SAMPLE_EVERY  # until a run's plan compresses
+        if on_host and tuner.fault_s is None:
+            tuner.fault_s = measure_fault(planner.memory.nbytes)
+        self._compressed = False  # whether the run's plan compresses its Level-2 states
+        self._intervals: dict[tuple[int, int | None], int] = {}
+
+    @classmethod
+    def make(cls, planner: Planner, *, fwd: object, rev: object, transfers: str,
+             transfer_costs: tuple[float, float], tier_costs: list[tuple[float, float]] | None,
+             copy_s: float, staging_buffers: int, codec_costs: CodecCosts | None = None,
+             **parts: Any) -> "AutoPlanner":
+        """The planner for a new checkpointer, its tuner starting from the costs remembered
+        under its key (or the other protocol's); ``codec_costs``: the codec's, as probed."""
+        memory, storage = planner.memory, planner.storage
+        compressor = parts.get("compressor")
+        codec = None if compressor is None else compressor.codec
+        device = storage if compressor is None else compressor.inner  # what the codec writes to
+        key = cost_key(fwd, rev, memory.nbytes, device, transfers, memory.taping, codec)
+        other = cost_key(fwd, rev, memory.nbytes, device, transfers, not memory.taping, codec)
+        tw, tr = transfer_costs
+        # a device outside process memory was probed with a burst of states in a row: a light
+        # run is not to price it below that (see LOADED)
+        paths = zip(tiers_of(storage), tier_costs or [transfer_costs])
+        loaded: list[tuple[float | None, float | None]] = [
+            (None, None) if tier.holds_process_memory else costs for tier, costs in paths]
+        fresh = IntervalTuner(
+            memory.n_timesteps or 100 * (planner.l1_slots + 1), planner.l1_slots,
+            staging_buffers, transfers == "inline", memory.taping, tw=tw, tr=tr, tc=copy_s,
+            tier_costs=tier_costs, in_memory=memory_tier(storage), codec=codec_costs,
+            loaded_costs=loaded)
+        return cls(planner, COSTS.recall(key, fresh, otherwise=other), key, **parts)
+
+    def nominal_n(self) -> int:
+        """n for the model: the run's, or for runs of unknown length the last one's (at first,
+        long enough for intervals of any length the slots favour)."""
+        n = self.planner.n_timesteps
+        if n is not None:
+            return n
+        return self.tuner.n_steps if self.tuner.runs else 100 * (self.planner.l1_slots + 1)
+
+    def warm_buffers(self) -> int:
+        """State buffers already faulted in that the next run can use: its slots, the process
+        pool's, and the spares of a DRAM Level-2."""
+        nbytes = self.planner.memory.nbytes
+        return (self.level1.made + POOL.count(padded(nbytes))
+                + self.planner.storage.spares(nbytes))
+
+    def before_run(self, stats: Stats, interpreter: Interpreter) -> None:
+        """Probe (a first run of known n), then choose the run's plan; a first run of unknown
+        length starts from the least interval, 1."""
+        tuner, n = self.tuner, self.planner.n_timesteps
+        if n is not None and n <= 1:
+            return
+        try:
+            if tuner.tf is None and n is not None:
+                self._probe(stats, interpreter)
+            if tuner.tf is not None:
+                self._choose(stats)
+            else:
+                self.planner.with_interval(1)
+        except BaseException as failure:
+            self.ranks.fail(failure)  # the other ranks must not wait for this one
+            raise
+
+    def after_run(self, stats: Stats, fit: CallFit) -> None:
+        """Learn the completed run's costs and remember them for the process."""
+        predicted = stats.calibration.get("predicted_total_s")
+        if predicted:
+            stats.calibration["measured_over_predicted"] = stats.total_s / predicted
+        # a step's cost in the run's second half over its first (see costs.DRIFT)
+        stats.calibration["step_drift"] = fit.drift(self.tuner.tcall)
+        self.tuner.learn(stats, fit)
+        if self.planner.n_timesteps is None:
+            self.tuner.n_steps = stats.n_timesteps  # the next run's best guess of n
+        COSTS.keep(self.key, self.tuner)
+
+    def _probe(self, stats: Stats, interpreter: Interpreter) -> None:
+        """Time the opening forward calls (see
+        :func:`~asyncckpt._planning.calibrate.probe_forward`). u_0 is kept in a Level-1 slot and
+        restored, so the schedule then runs from u_0 as it is."""
+        n, arrays, link, tuner = self.planner.n_timesteps, interpreter.arrays, self.link, \
+            self.tuner
+        assert n is not None  # runs of unknown length are not probed
+        held = self.level1.take()
+        try:
+            link.copy_out(arrays(0, into=False), held)
+            lengths, seconds = probe_forward(interpreter.fwd_operator, n, settle=link.settle)
+            stats.forward_compute_s += sum(seconds)
+            stats.forward_steps += sum(lengths)
+            stats.probe_steps = sum(lengths)
+            if len(lengths) == 3:
+                tuner.probed(seconds[1], seconds[2], lengths[2])
+            else:
+                tuner.tf, tuner.tcall = max(seconds[0], 1e-9), 0.0
+            link.copy_in(held, arrays(0, into=True))
+        finally:
+            self.level1.give(held)
+
+    def _plans(self) -> list[Plan]:
+        """For each slot count, the intervals the model finds fastest with and without faults
+        priced, and Revolve in the Level-1 slots alone. Under a budget without fixed slots the
+        slot counts span the splits of the budget between slots and the DRAM tier."""
+        tuner, planner = self.tuner, self.planner
+        budget = planner.memory.budget
+        budgeted = budget is not None and not self.slots_fixed
+        if budgeted:
+            assert budget is not None
+            candidates = slot_candidates(min(budget.max_slots_with_level2, tuner.n_steps))
+        else:
+            candidates = [planner.l1_slots]
+        # pricing faults changes the choice only where a fault cost was measured
+        pricings = (False, True) if tuner.fresh() is not None else (False,)
+        plans: list[Plan] = []
+        seen: set[tuple[int, int, bool]] = set()
+        for slots in candidates:
+            capacities = planner.capacities(slots)
+            for compressed in self._codec_choices():
+                try:
+                    choices = [tuner.choose(slots, capacities, fresh=fresh,
+                                            max_candidates=PRICED_INTERVALS,
+                                            compressed=compressed)
+                               for fresh in pricings]
+                except InvalidValueError:  # these tiers hold no state beside so many slots
+                    if not budgeted:
+                        raise
+                    continue
+                intervals = {choice.interval for choice in choices}
+                # Level-1 alone moves no state through the codec: priced once
+                if planner.n_timesteps is not None and not (compressed and self.compress_auto):
+                    intervals.add(0)
+                for interval in intervals:  # each priced once, the warm choice's baselines kept
+                    used = slots
+                    if budgeted and interval and not planner.adaptive:
+                        # an interval's schedule is the same with more than I slots: the budget
+                        # they would take goes to the DRAM tier instead of sending states to disk
+                        used = min(slots, interval)
+                    if (used, interval, compressed) in seen:
+                        continue
+                    seen.add((used, interval, compressed))
+                    room = capacities if used == slots else planner.capacities(used)
+                    transfers = (AsyncMultistage(tuner.n_steps, interval, used).l2_states
+                                 if interval else 0)
+                    plans.append(Plan(
+                        used, interval, choices[0],
+                        tuner.price(used, interval, room, fresh=False, compressed=compressed),
+                        tuner.price(used, interval, room, compressed=compressed), transfers,
+                        compressed=compressed and interval > 0))
+        if not plans:
+            raise MemoryBudgetError(
+                f"memory_budget={None if budget is None else budget.nbytes} bytes leaves no "
+                f"room on Level-2 {planner.storage!r}")
+        return plans
+
+    def _codec_choices(self) -> tuple[bool, ...]:
+        """Whether plans are priced compressed, uncompressed or both: with ``"auto"``, both
+        once a run has measured the codec on its states."""
+        if self.compressor is None:
+            return (False,)
+        if not self.compress_auto:
+            return (True,)
+        return (False, True) if self.tuner.codec is not None else (False,)
+
+    def _choose(self, stats: Stats) -> None:
+        """Take the schedule the model predicts fastest once memory is warm, or after a first
+        run one within :data:`~asyncckpt._planning.tuner.NEAR_TIE` of it that faults in less fresh
+        memory: an interval, or Revolve in Level-1 alone; under a budget without fixed slots,
+        also the split of the budget between Level-1 slots and the DRAM tier. The prediction
+        adds what this run pays to fault in the memory no earlier run left (see
+        :mod:`asyncckpt._planning.tuner`)."""
+        tuner, planner = self.tuner, self.planner
+        tuner.n_steps = self.nominal_n()
+        tuner.warm_buffers = self.warm_buffers()
+        agree_costs(tuner, self.ranks)
+        plans = self._plans()
+        plan = cheapest_near_fastest(plans) if tuner.runs else fastest_once_warm(plans)
+        if log.isEnabledFor(logging.DEBUG):
+            self._log(plans, plan)
+        slots, interval = plan.slots, plan.interval
+        planner.use_slots(slots)
+        if self.compress_auto:
+            assert self.compressor is not None
+            self.compressor.compress_every = 1 if plan.compressed else max(
+                self.SAMPLE_EVERY, -(-plan.transfers // self.SAMPLES_PER_RUN))
+        self._compressed = plan.compressed
+        self._intervals.clear()
+        stats.calibration = tuner.record(plan.choice)
+        stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
+                                 predicted_faults_s=plan.faults_s, compressed=plan.compressed)
+        stats.l1_slots, stats.l1_bytes = planner.l1_slots, planner.l1_bytes
+        # every input is agreed, so one plan is expected; where not, the error says from what
+        self.ranks.same("the plan (l1_slots, interval; 0: Level-1 alone)",
+                        (planner.l1_slots, interval),
+                        context=lambda: {
+                            "costs": tuner.costs(), "n": tuner.n_steps, "runs": tuner.runs,
+                            "inline": tuner.inline, "warm_buffers": tuner.warm_buffers,
+                            "plans": [(p.slots, p.interval, p.warm_s) for p in plans]})
+        if interval == 0:
+            planner.level1_only()  # Revolve in the Level-1 slots alone: no Level-2 at all
+        else:
+            planner.with_interval(interval)
+            n = planner.n_timesteps
+            if planner.adaptive and n is not None:
+                costs = tuner.costs(compressed=plan.compressed)
+                adaptive = predict_adaptive(n, planner.l1_slots, costs, min_interval=interval,
+                                            staging_buffers=tuner.staging_buffers,
+                                            taping=planner.memory.taping)
+                stats.calibration.update(predicted_total_s=adaptive.total_s,
+                                         adaptive_interval=adaptive_interval(costs, interval))
+        planner.predicted_s = stats.calibration["predicted_total_s"]
+
+    def interval_for(self, tf: float, tw: float | None) -> int:
+        """The interval the model finds fastest for the run's slots were its steps to cost
+        ``tf`` seconds each and its writes ``tw`` (what an adaptive run measures as it goes);
+        kept per quarter of a step's and a write's cost, so a run prices a few."""
+        key = (round(math.log(tf) / LEAST_GRAIN), None if tw is None or tw <= 0
+               else round(math.log(tw) / LEAST_GRAIN))
+        least = self._intervals.get(key)
+        if least is None:
+            planner = self.planner
+            least = self._intervals[key] = self.tuner.interval_at(
+                tf, tw, planner.l1_slots, planner.capacities(planner.l1_slots),
+                compressed=self._compressed)
+        return least
+
+    def _log(self, plans: list[Plan], chosen: Plan) -> None:
+        tuner = self.tuner
+        for plan in sorted(plans, key=lambda plan: plan.warm_s)[:6]:
+            log.debug("auto considers %d slots, I=%d%s: %.3f s warm, %.3f s of faults, "
+                      "%d Level-2 writes", plan.slots, plan.interval,
+                      " compressed" if plan.compressed else "", plan.warm_s, plan.faults_s,
+                      plan.transfers)
+        log.debug("auto: %d slots, %s%s, predicted %.3f s (%.3f s of faults), %d warm "
+                  "buffers, tf %.3g s, tb %.3g s, tcall %.3g s, tw %.3g s, tr %.3g s, "
+                  "fault %s s", chosen.slots,
+                  f"I={chosen.interval}" if chosen.interval else "Level-1 alone",
+                  " compressed" if chosen.compressed else "", chosen.total_s, chosen.faults_s,
+                  tuner.warm_buffers, tuner.tf or 0.0,
+                  tuner.costs().tb, tuner.tcall, tuner.tw, tuner.tr, tuner.fault_s)

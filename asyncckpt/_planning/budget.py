@@ -1,0 +1,175 @@
+"""``memory_budget=``: how many state buffers the memory budget holds, and how they are split
+between Level-1 slots, the transfer engine's buffers and the DRAM tier of Level-2 (the memory
+plan, which :mod:`asyncckpt.compat` reads too)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schedules import AsyncMultistage
+
+from .._memory.buffers import padded
+from ..errors import InvalidValueError, MemoryBudgetError
+
+__all__ = ["Budget", "DEFAULT_STAGING_BUFFERS", "MemoryPlan", "engine_buffers",
+           "slot_candidates"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A host memory budget of ``nbytes`` for states of ``state_nbytes`` (each buffer padded to
+    whole pages), with ``engine_buffers`` staging and prefetch buffers whenever Level-2 is used."""
+
+    nbytes: int
+    state_nbytes: int
+    engine_buffers: int
+
+    def __post_init__(self) -> None:
+        if self.buffers < 1:
+            raise InvalidValueError(
+                f"memory_budget of {self.nbytes} bytes is too small for one state of "
+                f"{self.state_nbytes} bytes ({padded(self.state_nbytes)} with its page padding)")
+
+    @property
+    def buffers(self) -> int:
+        """State buffers the budget holds."""
+        return self.nbytes // padded(self.state_nbytes)
+
+    @property
+    def max_slots_with_level2(self) -> int:
+        """Most Level-1 slots beside the engine's buffers (0: no room for Level-2 at all)."""
+        return max(0, self.buffers - self.engine_buffers)
+
+    def dram_states(self, l1_slots: int) -> int:
+        """States the DRAM tier of Level-2 may hold beside ``l1_slots`` slots and the engine."""
+        return max(0, self.buffers - self.engine_buffers - l1_slots)
+
+    def check_slots(self, l1_slots: int, level2: bool) -> None:
+        """Raise unless ``l1_slots`` (and the engine's buffers, with Level-2) fit."""
+        need = l1_slots + (self.engine_buffers if level2 else 0)
+        if need > self.buffers:
+            beside = f" beside {self.engine_buffers} staging and prefetch buffers" if level2 else ""
+            raise InvalidValueError(
+                f"l1_slots={l1_slots} does not fit in memory_budget={self.nbytes} bytes: "
+                f"{need} buffers of {padded(self.state_nbytes)} bytes{beside} are needed, it "
+                f"holds {self.buffers}")
+
+
+def slot_candidates(most: int) -> list[int]:
+    """Level-1 slot counts worth pricing up to ``most``: 1, 2, 3, then about 1.5x apart."""
+    found, value = set(), 1.0
+    while value <= most:
+        found.add(int(value))
+        value = max(value + 1, value * 1.5)
+    found.add(most)
+    return sorted(c for c in found if c >= 1)
+
+
+#: Level-2 writes that may be in flight before the forward sweep waits, by default.
+DEFAULT_STAGING_BUFFERS = 2
+
+
+def engine_buffers(staging_buffers: int = DEFAULT_STAGING_BUFFERS) -> int:
+    """State buffers the transfer engine holds whenever Level-2 is used: ``staging_buffers``
+    for writes in flight and the reverse sweep's prefetch buffers."""
+    return staging_buffers + AsyncMultistage.prefetch_slots
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How a checkpointer's memory is split between Level-1 slots, the transfer engine's
+    buffers and the budgeted DRAM tier of Level-2.
+
+    ``budget`` bounds the memory Level-1 lives in (host memory, or a device's); ``host_states``
+    is, for states on a device, how many Level-2 states ``host_memory_budget`` leaves room for
+    in page-locked host memory (None: unbounded)."""
+
+    nbytes: int
+    n_timesteps: int | None
+    taping: bool
+    engine_buffers: int
+    budget: Budget | None
+    host_states: int | None
+    on_host: bool
+
+    @classmethod
+    def make(cls, nbytes: int, options: Any, *, on_host: bool, ranks: Any) -> "MemoryPlan":
+        """The plan for states of ``nbytes`` bytes under a checkpointer's ``options`` (an
+        :class:`~asyncckpt._planning.options.Options`); with an MPI job's ``ranks`` every budget
+        is the least of the ranks', so that all run one plan."""
+        memory_budget, host_memory_budget = options.memory_budget, options.host_memory_budget
+        buffers = engine_buffers(options.engine_held)
+        budget = None
+        if memory_budget is not None:
+            budget = Budget(ranks.min(memory_budget), nbytes, buffers)
+        host_states = None
+        if host_memory_budget is not None:
+            if on_host:
+                raise InvalidValueError(
+                    "host_memory_budget is for states on a device; u_0 is in host memory, "
+                    "where memory_budget counts Level-1 and Level-2 DRAM together")
+            host = ranks.min(host_memory_budget)
+            host_states = host // padded(nbytes) - buffers
+            if host_states < 0:
+                raise MemoryBudgetError(
+                    f"host_memory_budget={host} bytes cannot hold the {buffers} pinned "
+                    f"staging and prefetch buffers of {padded(nbytes)} bytes")
+        return cls(nbytes, options.n_timesteps, options.taping, buffers, budget, host_states,
+                   on_host)
+
+    def split(self, fixed_slots: int | None, interval: int | str) -> tuple[int, bool]:
+        """Level-1 slots, and whether the run needs no Level-2 (``interval=0`` asks for none;
+        otherwise every state the reverse sweep reads fits in Level-1, or the budget leaves no
+        room for the transfer engine)."""
+        n, budget = self.n_timesteps, self.budget
+        alone = interval == 0  # Revolve in Level-1 alone: its slots, or the budget's
+        guess = interval if isinstance(interval, int) else 10  # "auto" revises it every run
+        if n is None:  # an online run needs Level-2: only n tells when Level-1 is enough
+            if alone:
+                raise InvalidValueError("interval=0 (Revolve in Level-1 alone) needs "
+                                        "n_timesteps: a run of unknown length stores its "
+                                        "states in Level-2")
+            if budget is None:
+                assert fixed_slots is not None
+                return fixed_slots, False
+            if budget.max_slots_with_level2 < 1:
+                raise MemoryBudgetError(
+                    f"memory_budget={budget.nbytes} bytes leaves no room for Level-2 beside "
+                    f"{budget.engine_buffers} staging and prefetch buffers, which a run of "
+                    "unknown length needs")
+            if fixed_slots is not None:
+                budget.check_slots(fixed_slots, True)
+                return fixed_slots, False
+            return max(1, min(guess, budget.max_slots_with_level2)), False
+        needed = max(1, n - (1 if self.taping else 0))
+        if budget is None:
+            assert fixed_slots is not None
+            return fixed_slots, alone or fixed_slots >= needed
+        if fixed_slots is not None:
+            level1_only = alone or fixed_slots >= needed or budget.max_slots_with_level2 < 1
+            budget.check_slots(fixed_slots, not level1_only)
+            return fixed_slots, level1_only
+        if alone or budget.buffers >= needed:
+            return min(budget.buffers, needed), True
+        if budget.max_slots_with_level2 < 1:
+            return min(budget.buffers, n), True  # Revolve in the budget's slots alone
+        return max(1, min(guess, budget.max_slots_with_level2)), False
+
+    def bounds_level2(self, in_level1: bool) -> bool:
+        """Whether a budget bounds what Level-2 keeps in process memory: on the host
+        ``memory_budget``, on a device ``host_memory_budget``."""
+        bound = self.budget if self.on_host else self.host_states
+        return bound is not None and not in_level1
+
+    def dram_states(self, l1_slots: int) -> int:
+        """States the budgeted DRAM tier of Level-2 holds beside ``l1_slots`` slots."""
+        if self.host_states is not None:
+            return self.host_states
+        assert self.budget is not None
+        return self.budget.dram_states(l1_slots)
+
+    def l1_bytes(self, l1_slots: int, in_level1: bool) -> int:
+        """Bytes of Level-1 memory: the slots a run can use and, with Level-2, the engine's
+        buffers (each padded to whole pages)."""
+        used = l1_slots if self.n_timesteps is None else min(l1_slots, self.n_timesteps)
+        return (used + (0 if in_level1 else self.engine_buffers)) * padded(self.nbytes)

@@ -1,0 +1,198 @@
+"""The one place a checkpointer's parts are made from its options: the link and Level-1, the
+memory plan and its split, Level-2, the costs measured on it, the transfer engine, the
+interpreter, the meter and, where the model chooses the plan, the auto-planner; and
+:class:`Runs`, which hands the interpreter one schedule per run."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from schedules import AsyncMultistage, OnlineMultistage, Revolve
+
+from .._execution.decisions import RunDecisions
+from .._execution.engine import TransferEngine
+from .._execution.interpreter import Interpreter
+from .._execution.level1 import Level1
+from .._execution.link import Link, link_for, measure_copy
+from .._execution.meter import RunMeter
+from .._execution.ranks import Ranks
+from ..stats import Stats
+from ..storage import CompressedStorage, Storage, level2_spec, open_level2
+from .auto import AutoPlanner
+from .budget import MemoryPlan
+from .calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
+from .options import Options
+from .plan import Planner
+
+__all__ = ["Parts", "Runs", "build"]
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a checkpointer is made of (see :func:`build`)."""
+
+    link: Link
+    level1: Level1
+    memory: MemoryPlan
+    #: Level-2, and whether the checkpointer opened it (then it closes it too)
+    storage: Storage
+    owns_storage: bool
+    #: whether every run stays in Level-1 (no Level-2 transfers)
+    in_level1: bool
+    engine: TransferEngine
+    interpreter: Interpreter
+    meter: RunMeter
+    runs: "Runs"
+    #: "background" or "inline"
+    transfers: str
+    #: (tw, tr) of one state through Level-2, and through each tier of a tiered one (None
+    #: where Level-2 was not measured: a user's backend with a fixed interval, Level-1 alone)
+    transfer_costs: tuple[float, float] | None
+    tier_costs: list[tuple[float, float]] | None
+
+    def release(self) -> None:
+        """Let go of the link, Level-2 where the checkpointer opened it, and Level-1."""
+        release(self.link, self.storage if self.owns_storage else None, self.level1)
+
+
+def release(link: Link, storage: Storage | None, level1: Level1) -> None:
+    """Close ``link`` and ``storage`` and give ``level1``'s slots back, each even if another
+    fails."""
+    with ExitStack() as stack:
+        stack.callback(level1.release)
+        if storage is not None:
+            stack.callback(storage.close)
+        stack.callback(link.close)
+
+
+def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options: Options,
+          ranks: Ranks, storage: Any) -> Parts:
+    """Make a checkpointer's parts from its options, ``storage`` being the ``storage=``
+    argument; on failure release what was made, tell the other ranks and raise."""
+    link, first, transfers = link_for(checkpoint, nbytes, dtype, options.transfers)
+    level1 = Level1(nbytes, link)
+    opened: Storage | None = None  # Level-2, where opened here
+    try:
+        memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks)
+        slots, in_level1 = memory.split(options.l1_slots, options.interval)
+        bounded = memory.bounds_level2(in_level1)
+        raw, owns = open_level2(ranks.storage_spec(level2_spec(storage, bounded)),
+                                link.device, bounded=bounded)
+        level2 = raw
+        compressor = None
+        if options.codec is not None and not in_level1:
+            # the codec in front of all Level-2; it closes what it wraps where it was opened here
+            level2 = compressor = CompressedStorage(raw, options.codec, close_inner=owns)
+        opened = level2 if owns else None
+        return _assemble(options, memory, slots=slots, in_level1=in_level1, transfers=transfers,
+                         storage=level2, raw=raw, compressor=compressor, owns_storage=owns,
+                         link=link, level1=level1, ranks=ranks, checkpoint=checkpoint,
+                         dtype=dtype, fwd=fwd, rev=rev, first=first)
+    except BaseException as failure:
+        try:
+            ranks.fail(failure)  # the other ranks must not wait for this one
+        finally:
+            release(link, opened, level1)
+        raise
+
+
+def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bool,
+              transfers: str, storage: Storage, raw: Storage,
+              compressor: CompressedStorage | None, owns_storage: bool, link: Link,
+              level1: Level1, ranks: Ranks, checkpoint: Any, dtype: Any, fwd: Any, rev: Any,
+              first: list[Any]) -> Parts:
+    """The parts that run schedules on ``storage`` (Level-2: ``raw``, behind ``compressor``
+    where states are compressed), ``level1`` and ``ranks``.
+    ``transfers`` is the option, "auto" decided here: inline where a write and a read of one
+    state together cost less than waking a thread twice, on every rank alike. A codec runs on
+    the I/O threads, never inline unless asked."""
+    nbytes = memory.nbytes
+    planner = Planner(memory, storage, adaptive=options.adaptive, l1_slots=slots,
+                      in_level1=in_level1)
+    if in_level1:
+        planner.level1_only()
+    elif isinstance(options.interval, int):
+        planner.with_interval(options.interval)
+    transfer_costs: tuple[float, float] | None = None
+    tier_costs: list[tuple[float, float]] | None = None
+    if not in_level1 and (owns_storage or options.tuned):
+        # Level-2's own costs: the codec is priced on its own
+        transfer_costs, tier_costs = measure_level2(raw, nbytes, link)
+        if (tier_costs is not None or compressor is not None) and transfers == "auto":
+            transfers = "background"
+    if transfers == "auto":
+        cheap = ranks.all(transfer_costs is not None
+                          and sum(transfer_costs) < 2 * THREAD_HANDOFF_S)
+        transfers = "inline" if cheap or in_level1 else "background"
+    engine = TransferEngine(
+        storage, nbytes,
+        staging_buffers=0 if in_level1 else options.staging_buffers,
+        prefetch_buffers=0 if in_level1 else AsyncMultistage.prefetch_slots,
+        io_threads=options.io_threads if transfers == "background" else 0,
+        verify=options.verify, on_error=options.on_level2_error, link=link)
+    interpreter = Interpreter(checkpoint, nbytes, dtype, fwd, rev, engine, level1, ranks)
+    meter = RunMeter(engine, level1, interpreter, storage, link)
+    auto = None
+    if options.tuned and not in_level1:
+        assert transfer_costs is not None
+        slot = level1.take()
+        try:  # a store's cost to the caller: the staging copy of one state
+            copy_s = measure_copy(link, first, [slot])
+        finally:
+            level1.give(slot)
+        codec_costs = None
+        if compressor is not None and not options.compress_auto:
+            # a first run compresses before its states have shown what they are
+            codec_costs = measure_codec(compressor.codec, nbytes, dtype)
+        auto = AutoPlanner.make(
+            planner, fwd=fwd, rev=rev, transfers=transfers, transfer_costs=transfer_costs,
+            tier_costs=tier_costs, copy_s=copy_s, staging_buffers=options.staging_buffers,
+            codec_costs=codec_costs, slots_fixed=options.l1_slots is not None, level1=level1,
+            link=link, ranks=ranks, on_host=link.device is None, compressor=compressor,
+            compress_auto=options.compress_auto)
+        if memory.n_timesteps == 1:
+            planner.with_interval(1)
+    runs = Runs(planner, auto, engine, interpreter, meter, ranks)
+    return Parts(link, level1, memory, storage, owns_storage, in_level1, engine, interpreter,
+                 meter, runs, transfers, transfer_costs, tier_costs)
+
+
+class Runs:
+    """The plan of each run: chosen (by the model, for "auto" and "adaptive") before it, handed
+    to the interpreter as one schedule, and learned from after it."""
+
+    def __init__(self, planner: Planner, auto: AutoPlanner | None, engine: TransferEngine,
+                 interpreter: Interpreter, meter: RunMeter, ranks: Ranks) -> None:
+        self.planner, self.auto = planner, auto
+        self.engine, self.interpreter, self.meter, self.ranks = engine, interpreter, meter, ranks
+
+    def begin(self, stop: Callable[[int], object] | None, *, taping: bool,
+              device: str) -> tuple[Stats, AsyncMultistage | OnlineMultistage | Revolve]:
+        """A run begins: its measurements (zeroed) and its schedule."""
+        planner, auto = self.planner, self.auto
+        self.ranks.settled = False  # a failure agreed on in an earlier run is over
+        n = planner.n_timesteps
+        stats = Stats(n_timesteps=n or 0, l1_slots=planner.l1_slots,
+                      l1_bytes=planner.l1_bytes, taping=taping, device=device)
+        self.meter.start(n)
+        if auto is not None:
+            auto.before_run(stats, self.interpreter)
+        if planner.planned and (planner.adaptive or n is None):
+            # an adaptive run of known n follows its own costs below the planned interval too
+            reprice = (auto.interval_for if auto is not None and planner.adaptive
+                       and n is not None else None)
+            planner.online(RunDecisions(
+                self.engine, planner.interval, adaptive=planner.adaptive, stop=stop,
+                stats=stats, model_tf=(auto.tuner.tf if auto is not None else None) or 0.0,
+                group=self.ranks, reprice=reprice,
+                min_interval=None if reprice is None else planner.min_interval()))
+        assert planner.schedule is not None
+        stats.interval = planner.interval
+        return stats, planner.schedule
+
+    def learn(self, stats: Stats) -> None:
+        """After a completed run: what the model learns from it."""
+        if self.auto is not None:
+            self.auto.after_run(stats, self.meter.fit)

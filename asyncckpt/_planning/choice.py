@@ -1,0 +1,70 @@
+"""The plans "auto" chooses between, and how it chooses."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schedules.model import IntervalChoice
+
+__all__ = ["NEAR_TIE", "Plan", "cheapest_near_fastest", "fastest_once_warm"]
+
+#: Plans predicted within this share of the fastest once memory is warm count as equally fast:
+#: the model's prediction of one plan moves by a few percent between runs (docs/model.md), so a
+#: smaller difference is no evidence that one plan is faster, and no reason to fault in new
+#: memory.
+NEAR_TIE = 0.03
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One schedule "auto" may run: ``interval`` (0: Revolve in the Level-1 slots alone) with
+    ``slots`` Level-1 slots, its predicted seconds once memory is warm (``warm_s``) and for the
+    next run, faults in fresh memory included (``total_s``), the model's choice of interval
+    for those slots that it came from (with the Revolve and store-all baselines), the
+    states it writes to Level-2 (``transfers``; it reads as many back) and whether the codec
+    compresses them (``compressed``)."""
+
+    slots: int
+    interval: int
+    choice: IntervalChoice
+    warm_s: float
+    total_s: float
+    transfers: int = 0
+    compressed: bool = False
+
+    @property
+    def faults_s(self) -> float:
+        """What the next run pays to fault in fresh memory: ``total_s - warm_s``."""
+        return self.total_s - self.warm_s
+
+
+def fastest_once_warm(plans: Sequence[Plan]) -> Plan:
+    """The plan fastest once memory is warm, faults aside (then the fewest slots): a first run's
+    pick, whose prices come from probes, which misjudge a disk tier and cannot tell
+    it from a DRAM tier whose transfers hide behind the compute."""
+    if not plans:
+        raise ValueError("no plan to choose from")
+    return min(plans, key=lambda plan: (plan.warm_s, plan.slots))
+
+
+def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan:
+    """Among the plans within ``near`` of the fastest once memory is warm, the one whose next
+    run faults in least fresh memory, then one that does not compress, then the one with the
+    fewest Level-2 transfers (then the faster warm, then the fewest slots).
+
+    An adjoint code evaluates many gradients, so the warm time decides; but between plans the
+    model cannot tell apart, the next run's faults do, so a run keeps the plan whose memory an
+    earlier run left warm instead of flipping on noise (docs/model.md). Then background work
+    decides: what a codec or a transfer takes from the compute beside it is priced only once a
+    run has measured it (docs/benchmarks.md).
+    """
+    if not plans:
+        raise ValueError("no plan to choose from")
+    if near < 0:
+        raise ValueError(f"near must be >= 0, got {near}")
+    fastest = min(plan.warm_s for plan in plans)
+    return min((plan for plan in plans if plan.warm_s <= fastest * (1 + near)),
+               key=lambda plan: (plan.faults_s, plan.compressed, plan.transfers, plan.warm_s,
+                                 plan.slots))
+
+

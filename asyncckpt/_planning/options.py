@@ -1,0 +1,215 @@
+"""The one place where the runtime's options are checked and parsed: from arguments, from the
+command line and from the environment, with errors that name the option, the value and what is
+accepted."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+from schedules._args import check_bool, check_int
+
+from ..compression import Codec, MissingCodecError, make_codec
+from ..errors import InvalidTypeError, InvalidValueError, UsageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Options", "check_bool", "check_choice", "check_int", "check_operator", "check_stop",
+           "environment",
+           "parse_bytes", "parse_flag", "parse_interval"]
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise naming ``name`` and them."""
+    if not isinstance(value, str) or value not in choices:
+        listed = ", ".join(repr(c) for c in choices)
+        raise InvalidValueError(f"{name} must be one of {listed}, got {value!r}")
+    return value
+
+
+def _auto_codec(interval: int | str, dtype: object) -> Codec | None:
+    """The codec ``compression="auto"`` weighs (lossless LZ4: the fastest here), or None where
+    its package is missing; the model decides per run, so the interval must be the model's."""
+    if not isinstance(interval, str):
+        raise InvalidValueError(f"compression='auto' lets the model decide per run whether to "
+                                f"compress, so it needs interval='auto' or 'adaptive', got "
+                                f"interval={interval!r}")
+    try:
+        return make_codec("lz4", dtype)
+    except MissingCodecError:
+        log.info("compression='auto': blosc2 is not installed (pip install "
+                 "'asyncckpt[compression]'), so states are stored uncompressed")
+        return None
+
+
+def check_operator(**operators: object) -> None:
+    """Raise unless every operator (by its argument's name) has a callable ``apply``
+    (pyrevolve's operator protocol)."""
+    for name, operator in operators.items():
+        if not callable(getattr(operator, "apply", None)):
+            raise InvalidTypeError(f"{name} must have an apply(*, t_start, t_end) method; "
+                                   f"got {type(operator).__name__}")
+
+
+def check_stop(n_timesteps: int | None, stop: object) -> None:
+    """Raise unless ``stop`` (of ``apply_forward``) is a callable exactly where n is unknown."""
+    if n_timesteps is None and stop is None:
+        raise UsageError("n_timesteps=None: apply_forward(stop=callable) must say where the "
+                         "forward sweep ends")
+    if n_timesteps is not None and stop is not None:
+        raise UsageError(f"stop= is for runs of unknown length (n_timesteps=None); this "
+                         f"checkpointer runs n_timesteps={n_timesteps} steps")
+    if stop is not None and not callable(stop):
+        raise InvalidTypeError(f"stop must be callable, got {stop!r}")
+
+
+def environment(name: str) -> str | None:
+    """``$name`` stripped, or None where it is unset or empty."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def parse_flag(name: str, text: str) -> bool:
+    """``text`` (from ``$name``) as a bool: 1/0, true/false, yes/no, on/off, any case."""
+    folded = text.strip().lower()
+    if folded in _TRUE:
+        return True
+    if folded in _FALSE:
+        return False
+    raise InvalidValueError(f"{name} must be 1 or 0 (or true/false, yes/no, on/off), got {text!r}")
+
+
+def parse_interval(value: object, n_timesteps: int | None = None, *,
+                   name: str = "interval", adaptive: bool = False) -> int | str:
+    """The interval option: an int in [0, n_timesteps] (any int >= 0 where n is not given; 0:
+    Level-1 alone), "auto", or where ``adaptive`` is allowed "adaptive". Text (from the command
+    line or ``$ASYNCCKPT_INTERVAL``) may spell the int."""
+    words = ("auto", "adaptive") if adaptive else ("auto",)
+    if isinstance(value, str):
+        text = value.strip()
+        if text in words:
+            return text
+        if not text.isdigit():
+            bound = (f"an int in [0, {n_timesteps}]" if n_timesteps is not None
+                     else "an int >= 0")
+            raise InvalidValueError(f"{name} must be {bound} or {' or '.join(map(repr, words))}, "
+                                    f"got {value!r}")
+        value = int(text)
+    return check_int(name, value, 0, n_timesteps)
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
+
+
+def parse_bytes(name: str, value: object) -> int:
+    """A size in bytes: an int, or text such as "512MiB", "8GB", "1.5 GiB" (KB, MB, GB, TB are
+    powers of 1000; KiB, MiB, GiB, TiB of 1024; any case). Must be positive.
+
+    Raises
+    ------
+    InvalidValueError
+        Naming the value and the accepted forms, for text that does not parse, zero, or a
+        negative size.
+    InvalidTypeError
+        For anything but an int or a str.
+    """
+    if isinstance(value, str):
+        match = _SIZE.fullmatch(value)
+        unit = match.group(2).lower() if match else ""
+        if match is None or unit not in _UNITS:
+            raise InvalidValueError(f"{name} must be a number of bytes, or a size such as "
+                                    f"'512MiB', '8GB' or '1.5 GiB', got {value!r}")
+        size = int(float(match.group(1)) * _UNITS[unit])
+    else:
+        size = check_int(name, value, -(2**63))
+    if size <= 0:
+        raise InvalidValueError(f"{name} must be a positive size in bytes, got {value!r}")
+    return size
+
+
+@dataclass(frozen=True)
+class Options:
+    """The options of an :class:`~asyncckpt.AsyncCheckpointer`, checked and parsed once (see its
+    docstring for each). ``interval`` is an int, "auto" or "adaptive" ("auto" with unknown n
+    becomes "adaptive": the model needs n, the adaptive rule does not)."""
+
+    n_timesteps: int | None
+    l1_slots: int | None
+    interval: int | str
+    memory_budget: int | None
+    host_memory_budget: int | None
+    staging_buffers: int
+    io_threads: int
+    transfers: str
+    verify: bool
+    #: the codec of ``compression=`` (None: states are stored as they are)
+    codec: Codec | None
+    #: whether the model decides per run whether ``codec`` runs (``compression="auto"``)
+    compress_auto: bool
+    on_level2_error: str
+    blas_threads: int | None
+    taping: bool
+    keep_trace: bool
+
+    @property
+    def adaptive(self) -> bool:
+        return self.interval == "adaptive"
+
+    @property
+    def engine_held(self) -> int:
+        """State buffers the transfer engine holds beside the prefetch buffers: the staging
+        buffers and, with a codec, each I/O thread's buffer for a compressed state."""
+        return self.staging_buffers + (self.io_threads if self.codec is not None else 0)
+
+    @property
+    def tuned(self) -> bool:
+        """Whether the model chooses the plan ("auto" or "adaptive")."""
+        return isinstance(self.interval, str)
+
+    @classmethod
+    def parse(cls, n_timesteps: object, *, l1_slots: object, interval: object,
+              memory_budget: object, host_memory_budget: object, staging_buffers: object,
+              io_threads: object, transfers: object, verify: object, compression: object,
+              dtype: object, on_level2_error: object, blas_threads: object, taping: object,
+              keep_trace: object) -> "Options":
+        """Check every option, raising an error that names the first bad one; ``dtype`` is the
+        states' (for the codec of ``compression``)."""
+        n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1)
+        if l1_slots is None and memory_budget is None:
+            raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (bytes), "
+                                    "or both; got neither")
+        parsed = parse_interval(interval, n, adaptive=True)
+        compress_auto = isinstance(compression, str) and compression == "auto"
+        if compress_auto:
+            codec = _auto_codec(parsed, dtype)
+        else:
+            codec = make_codec(compression, dtype)
+        return cls(
+            n_timesteps=n,
+            l1_slots=None if l1_slots is None else check_int("l1_slots", l1_slots, 1),
+            interval="adaptive" if n is None and parsed == "auto" else parsed,
+            memory_budget=(None if memory_budget is None
+                           else parse_bytes("memory_budget", memory_budget)),
+            host_memory_budget=(None if host_memory_budget is None
+                                else parse_bytes("host_memory_budget", host_memory_budget)),
+            staging_buffers=check_int("staging_buffers", staging_buffers, 1),
+            io_threads=check_int("io_threads", io_threads, 1),
+            transfers=check_choice("transfers", transfers, ("auto", "background", "inline")),
+            # a codec's checksum of the bytes it stores guards the states instead: a lossy
+            # codec's reads differ from the states written, and a lossless one would have
+            # every state hashed twice
+            verify=bool(verify) and codec is None,
+            codec=codec,
+            compress_auto=compress_auto and codec is not None,
+            on_level2_error=check_choice("on_level2_error", on_level2_error,
+                                         ("raise", "recompute")),
+            blas_threads=(None if blas_threads is None
+                          else check_int("blas_threads", blas_threads, 1)),
+            taping=check_bool("taping", taping),
+            keep_trace=check_bool("keep_trace", keep_trace),
+        )

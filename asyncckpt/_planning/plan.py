@@ -1,0 +1,196 @@
+"""The schedule the next run follows: its Level-1 slots, its interval, the schedule built from
+them and the Level-2 room they need; and :class:`RunPlan`, the read-only view of it that
+``AsyncCheckpointer.plan`` gives."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schedules import AsyncMultistage, OnlineMultistage, Revolve
+
+from .._execution.decisions import RunDecisions
+from .budget import MemoryPlan
+from .._memory.buffers import padded
+from ..errors import MemoryBudgetError
+from ..storage import Storage, memory_tier, tiers_of
+
+__all__ = ["Planner", "RunPlan"]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the next (or current) run of a checkpointer will do.
+
+    Attributes
+    ----------
+    l1_slots : int
+        Level-1 slots the schedule may hold.
+    interval : int
+        I: every I-th state goes to Level-2; 0 for Revolve in the Level-1 slots alone.
+        With ``interval="adaptive"`` or unknown n, the least interval.
+    schedule : str
+        "Revolve" (Level-1 alone), "AsyncMultistage" (a fixed interval) or "OnlineMultistage"
+        (intervals or n decided as the run goes).
+    level2 : tuple of str
+        Level-2's tiers, fastest first (one for an untiered Level-2).
+    capacities : tuple of int or None
+        States each tier may hold beside the slots (None: no limit).
+    l1_bytes : int
+        Level-1 bytes: the slots and, with Level-2, the staging and prefetch buffers.
+    transfers : str
+        "background" (on the I/O threads) or "inline".
+    taping : bool
+        The protocol of the reverse calls.
+    predicted_s : float or None
+        The model's prediction of the run's seconds ("auto" and "adaptive" after a plan was
+        chosen), else None.
+    """
+
+    l1_slots: int
+    interval: int
+    schedule: str
+    level2: tuple[str, ...]
+    capacities: tuple[int | None, ...]
+    l1_bytes: int
+    transfers: str
+    taping: bool
+    predicted_s: float | None = None
+
+
+class Planner:
+    """Builds the schedule of each run from the slots and interval chosen for it, and keeps the
+    budgeted DRAM tier of Level-2 to what the memory plan leaves beside the slots.
+
+    Parameters
+    ----------
+    memory : MemoryPlan
+        The split of the memory budget.
+    storage : Storage
+        Level-2 (a tiered one when a budget bounds its DRAM tier).
+    adaptive : bool
+        Whether each run decides its intervals (then its schedule is made per run).
+    l1_slots, in_level1 : int, bool
+        The first plan's slots, and whether every run stays in Level-1.
+    """
+
+    def __init__(self, memory: MemoryPlan, storage: Storage, *, adaptive: bool, l1_slots: int,
+                 in_level1: bool) -> None:
+        self.memory = memory
+        self.storage = storage
+        self.adaptive = adaptive
+        self.in_level1 = in_level1
+        self.n_timesteps = memory.n_timesteps
+        #: the tier a budget bounds (None: none is bounded)
+        self.dram = memory_tier(storage) if memory.bounds_level2(in_level1) else None
+        self.interval = 0
+        self.schedule: AsyncMultistage | OnlineMultistage | Revolve | None = None
+        self.predicted_s: float | None = None
+        self._planned: tuple[int, int] | None = None  # (interval, slots) planned for
+        self.use_slots(l1_slots)
+
+    @property
+    def planned(self) -> bool:
+        """Whether a plan with Level-2 is set (an interval, possibly the least of a run)."""
+        return self._planned is not None
+
+    def use_slots(self, l1_slots: int) -> None:
+        """Run with ``l1_slots`` Level-1 slots; the DRAM tier of Level-2 gets what the budget
+        leaves beside them."""
+        self.l1_slots = l1_slots
+        if self.dram is not None:
+            # bytes, not states: states smaller than the largest are counted at their size
+            self.storage.set_byte_limit(
+                self.dram, self.memory.dram_states(l1_slots) * padded(self.memory.nbytes))
+        self.l1_bytes = self.memory.l1_bytes(l1_slots, self.in_level1)
+
+    def capacities(self, l1_slots: int) -> list[int | None] | None:
+        """Each Level-2 tier's capacity with ``l1_slots`` slots (None: one untiered Level-2)."""
+        known = self.storage.capacities
+        if self.storage.tiers is None or known is None:
+            return None
+        capacities = list(known)
+        if self.dram is not None:
+            capacities[self.dram] = self.memory.dram_states(l1_slots)
+        return capacities
+
+    def level1_only(self) -> None:
+        """Revolve in the Level-1 slots alone, with no Level-2 (store-all there, when every
+        state the reverse sweep reads fits)."""
+        n = self.n_timesteps
+        assert n is not None
+        self.interval = 0
+        self._planned = None
+        self.schedule = Revolve(n, min(self.l1_slots, n), taping=self.memory.taping)
+
+    def with_interval(self, interval: int) -> None:
+        """Use ``interval`` from now on (the least one, for adaptive and online runs): build its
+        schedule, where it is fixed in advance, and make room on Level-2."""
+        n = self.n_timesteps
+        if self._planned == (interval, self.l1_slots):
+            return
+        if n is not None:
+            l2_states = len(range(0, n, interval))
+            capacities = self.capacities(self.l1_slots)
+            if capacities is not None and None not in capacities:
+                room = sum(c for c in capacities if c is not None)
+                if room < l2_states:
+                    budget = self.memory.budget
+                    raise MemoryBudgetError(
+                        f"interval {interval} keeps {l2_states} states on Level-2, but its tiers "
+                        f"hold {room} within memory_budget="
+                        f"{None if budget is None else budget.nbytes} bytes: give a larger "
+                        "interval or budget, or a disk tier")
+            self.storage.reserve(self.memory.nbytes, l2_states)
+        self.interval = interval
+        self._planned = interval, self.l1_slots
+        # an adaptive or online run's schedule is made per run, fed by that run
+        self.schedule = (None if self.adaptive or n is None
+                         else AsyncMultistage(n, interval, self.l1_slots,
+                                              taping=self.memory.taping))
+
+    def online(self, decisions: RunDecisions) -> None:
+        """This run's schedule: one whose intervals (adaptive) or end (unknown n) ``decisions``
+        make as it goes, none shorter than their ``min_interval``."""
+        self.schedule = OnlineMultistage(self.l1_slots, decisions, n_steps=self.n_timesteps,
+                                         min_interval=decisions.min_interval,
+                                         taping=self.memory.taping)
+
+    def min_interval(self) -> int:
+        """The shortest interval an adaptive run may take below the planned one: 1 where
+        Level-2 has room for any number of states, else the planned interval, for which
+        the bounded tiers were sized."""
+        capacities = self.capacities(self.l1_slots)
+        return self.interval if capacities is not None and None not in capacities else 1
+
+    def view(self, transfers: str) -> RunPlan:
+        """The read-only :class:`RunPlan` of what is planned now."""
+        if self._planned is None:
+            kind = "Revolve"
+        elif self.adaptive or self.n_timesteps is None:
+            kind = "OnlineMultistage"
+        else:
+            kind = "AsyncMultistage"
+        capacities = self.capacities(self.l1_slots)
+        tiers = tiers_of(self.storage)
+        return RunPlan(
+            l1_slots=self.l1_slots, interval=self.interval, schedule=kind,
+            level2=tuple(repr(tier) for tier in tiers),
+            capacities=tuple(capacities) if capacities is not None else (None,),
+            l1_bytes=self.l1_bytes, transfers=transfers, taping=self.memory.taping,
+            predicted_s=self.predicted_s)
+
+    def reserve_slots(self, level1: Any) -> None:
+        """Make the slots a schedule fixed in advance will hold, before its first step: the
+        fresh ones fault in on several threads together instead of one by one in the sweep."""
+        if isinstance(self.schedule, (Revolve, AsyncMultistage)):
+            level1.reserve(self.schedule.l1_peak)
+
+    def record_forward(self, stats: Any) -> None:
+        """After a forward sweep: where it ended (unknown n) and the intervals it took."""
+        schedule = self.schedule
+        if isinstance(schedule, OnlineMultistage):
+            assert schedule.n_reached is not None
+            stats.n_timesteps = schedule.n_reached
+            stats.interval_starts = list(schedule.stores)
+        elif isinstance(schedule, AsyncMultistage):
+            stats.interval_starts = list(range(0, schedule.n_steps, schedule.interval))

@@ -1,0 +1,329 @@
+"""``interval="auto"``: the schedule the performance model predicts fastest, from costs measured
+on the real run (docs/model.md says what each cost is and how it is measured).
+
+A forward call of k steps costs ``tcall + k tf``: both are fitted by least squares over every
+forward call of a run. Copies and Level-2 transfers are priced as they cost inside the run
+(cache-cold, beside the compute), not as a quiet probe measures them. Memory a run touches for
+the first time costs a page fault per page; buffers are kept for the next run
+(:mod:`asyncckpt._memory.pool`), so "auto" chooses the schedule fastest once memory is warm (an
+adjoint code evaluates many gradients) and predicts each run with the faults it will pay.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from schedules.model import (CodecCosts, Costs, FreshMemory, IntervalChoice, Level2Tier,
+                             choose_interval, predict_async_multistage, predict_revolve,
+                             predict_tiered)
+
+from .._execution.timing import RUN_DECAY, CallFit
+from .choice import NEAR_TIE, Plan, cheapest_near_fastest, fastest_once_warm
+from .costs import (DRIFT, LOADED, PRIOR_TRANSFERS, ComputeCosts, RunMean, TransferCosts,
+                    blend)
+
+__all__ = ["CallFit", "RunMean", "IntervalTuner", "Plan", "NEAR_TIE", "RUN_DECAY", "LOADED",
+           "PRIOR_TRANSFERS", "fastest_once_warm", "cheapest_near_fastest"]
+
+
+class _Kept:
+    """A cost kept in one of the tuner's parts (``part``), read and set by the name the tuner
+    has always given it."""
+
+    def __init__(self, part: str, name: str) -> None:
+        self.part, self.name = part, name
+
+    def __get__(self, tuner: Any, owner: type | None = None) -> Any:
+        return getattr(getattr(tuner, self.part), self.name)
+
+    def __set__(self, tuner: Any, value: Any) -> None:
+        setattr(getattr(tuner, self.part), self.name, value)
+
+
+class IntervalTuner:
+    """Measured costs of a checkpointer's runs and the schedule they call for.
+
+    The costs live in small parts: the compute costs of runs without Level-2 transfers beside
+    the compute (:attr:`quiet`) and with them (:attr:`busy`), each a
+    :class:`~asyncckpt._planning.costs.ComputeCosts`; Level-2's transfer costs with their
+    floors (:attr:`transfers`); what each transfer takes from the compute beside it
+    (:attr:`tx`); the codec's costs (:attr:`codec`); and the price of fresh memory
+    (:attr:`fault_s`, :attr:`warm_buffers`, :attr:`in_memory`). Each is readable and settable
+    by its name here (``tf``, ``tf_busy``, ``tw``, ...), to ask the model what it would choose
+    with other costs. ``tw`` and ``tr`` start from a probe through the runtime's own I/O path
+    at construction, ``tf`` and ``tcall`` from a probe of the first run's opening calls; every
+    completed run revises them (see :meth:`learn`).
+    """
+
+    tf = _Kept("quiet", "tf")
+    tcall = _Kept("quiet", "tcall")
+    tb = _Kept("quiet", "tb")
+    tc = _Kept("quiet", "tc")
+    forward_calls = _Kept("quiet", "calls")
+    adjoint_mean = _Kept("quiet", "adjoint_mean")
+    copy_mean = _Kept("quiet", "copy_mean")
+    tf_busy = _Kept("busy", "tf")
+    tcall_busy = _Kept("busy", "tcall")
+    tb_busy = _Kept("busy", "tb")
+    tc_busy = _Kept("busy", "tc")
+    busy_calls = _Kept("busy", "calls")
+    busy_adjoint_mean = _Kept("busy", "adjoint_mean")
+    busy_copy_mean = _Kept("busy", "copy_mean")
+    tw = _Kept("transfers", "tw")
+    tr = _Kept("transfers", "tr")
+    tier_costs = _Kept("transfers", "tier_costs")
+    loaded_costs = _Kept("transfers", "loaded_costs")
+
+    def __init__(self, n_steps: int, l1_slots: int, staging_buffers: int, inline: bool,
+                 taping: bool, tw: float, tr: float, tc: float, tf: float | None = None,
+                 tb: float | None = None, tcall: float = 0.0, runs: int = 0,
+                 tier_costs: list[tuple[float, float]] | None = None,
+                 in_memory: int | None = None, fault_s: float | None = None,
+                 warm_buffers: int = 0, tx: float | None = None,
+                 codec: CodecCosts | None = None,
+                 loaded_costs: list[tuple[float | None, float | None]] | None = None) -> None:
+        self.n_steps, self.l1_slots, self.staging_buffers = n_steps, l1_slots, staging_buffers
+        self.inline, self.taping, self.runs = inline, taping, runs
+        self.quiet = ComputeCosts(tf=tf, tcall=tcall, tb=tb, tc=tc)
+        self.busy = ComputeCosts()
+        self.transfers = TransferCosts(tw, tr, tier_costs, loaded_costs)
+        #: what each Level-2 transfer takes from the compute beside it (None: not measured)
+        self.tx = tx
+        #: the codec in front of Level-2 per state (None: no codec, or not measured yet);
+        #: ``tw``, ``tr`` and ``tier_costs`` are those of uncompressed states
+        self.codec = codec
+        #: the tier whose states occupy process memory (0 for an untiered one in host DRAM)
+        self.in_memory = in_memory
+        #: seconds to fault in one fresh state buffer (None: not measured, not priced)
+        self.fault_s = fault_s
+        #: state buffers already faulted in that the next run can use
+        self.warm_buffers = warm_buffers
+
+    def __repr__(self) -> str:
+        def ms(value: float | None) -> str:
+            return "-" if value is None else f"{value * 1e3:.3g} ms"
+        return (f"IntervalTuner(n_steps={self.n_steps}, tf={ms(self.tf)}, tb={ms(self.tb)}, "
+                f"tcall={ms(self.tcall)}, tc={ms(self.tc)}, tw={ms(self.tw)}, "
+                f"tr={ms(self.tr)}, tf_busy={ms(self.tf_busy)}, tx={ms(self.tx)}, "
+                f"runs={self.runs})")
+
+    def costs(self, *, busy: bool = False, compressed: bool = False) -> Costs:
+        """The model's costs. Inline transfers run on the caller's thread: they add to the copy
+        cost of a store or load instead of overlapping. ``busy``: the costs of a plan with
+        Level-2 transfers, whose steps and copies run beside the I/O thread's checksums and
+        reads, as runs with them measured (docs/model.md); each cost is taken from the other
+        kind of run until one of this kind has measured it. Until a
+        reverse sweep has been timed, a reverse step (taping step included) is taken as two
+        forward steps. ``compressed``: transfers go through the codec (:attr:`codec`).
+
+        Once a run with transfers has measured what each one takes from the compute
+        (:attr:`tx`), a busy plan is priced with the quiet costs and ``tx`` per transfer
+        instead, so that a plan moving fewer states is priced nearer its quiet cost, where flat
+        busy costs, measured at a short interval, price it as dear as that one."""
+        assert self.tf is not None
+        quiet = (self.quiet.tf, self.quiet.tcall, self.quiet.adjoint, self.quiet.tc)
+        beside = (self.busy.tf, self.busy.tcall, self.busy.adjoint, self.busy.tc)
+        tx = 0.0
+        if busy and not self.inline and self.tx is not None:
+            # quiet costs and tx per transfer; the reverse call's contention is in tx only
+            # where its quiet cost is known (see learn)
+            tx, beside = self.tx, (None, None, beside[2] if quiet[2] is None else None, None)
+        first, then = (beside, quiet) if busy and not self.inline else (quiet, beside)
+        tf, tcall, adjoint, tc = (a if a is not None else b for a, b in zip(first, then))
+        assert tf is not None and tcall is not None and tc is not None
+        tb = tf + (adjoint if adjoint is not None else tf)
+        tw, tr = self.tw, self.tr
+        if compressed:
+            codec = self._codec()
+            tw, tr = codec.write(tw), codec.read(tr)
+        if self.inline:
+            return Costs(tf=tf, tb=tb, tw=0.0, tr=0.0, tc=tc + (tw + tr) / 2, tcall=tcall)
+        return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall, tx=tx)
+
+    def _codec(self) -> CodecCosts:
+        if self.codec is None:
+            raise ValueError("compressed transfers are priced once the codec's costs are known")
+        return self.codec
+
+    def fresh(self, priced: bool = True) -> FreshMemory | None:
+        """The price of fresh memory, or None where it is not priced (or ``priced`` is False)."""
+        if not priced or not self.fault_s:
+            return None
+        return FreshMemory(self.warm_buffers, self.fault_s)
+
+    def tiers_for_model(self, capacities: Sequence[int | None] | None, priced: bool,
+               compressed: bool = False) -> list[Level2Tier] | None:
+        """Level-2's tiers for the model (None: one tier, priced by the closed form alone);
+        ``compressed``: holding the codec's output."""
+        priced = self.fresh(priced) is not None
+        memory = self.in_memory if priced else None
+        if self.tier_costs is not None and capacities is not None:
+            tiers = [Level2Tier(capacity, tw, tr, in_memory=index == memory)
+                     for index, (capacity, (tw, tr)) in enumerate(zip(capacities,
+                                                                      self.tier_costs))]
+            return [self._codec().tier(tier) for tier in tiers] if compressed else tiers
+        if priced:
+            costs = self.costs(compressed=compressed)
+            return [Level2Tier(None, costs.tw, costs.tr, in_memory=memory == 0)]
+        return None
+
+    def choose(self, l1_slots: int | None = None,
+               capacities: Sequence[int | None] | None = None, *,
+               max_candidates: int = 4096, fresh: bool = True,
+               compressed: bool = False) -> IntervalChoice:
+        """The interval with the least predicted time with ``l1_slots`` slots (default: the
+        checkpointer's), with the baselines' predictions. ``capacities`` bound each tier of a
+        tiered Level-2 (priced with its own probed tw and tr). ``fresh``: price the first touch
+        of memory beyond the warm buffers. ``compressed``: states go through the codec."""
+        return choose_interval(self.n_steps, l1_slots or self.l1_slots,
+                               self.costs(busy=True, compressed=compressed),
+                               staging_buffers=self.staging_buffers, taping=self.taping,
+                               max_candidates=max_candidates,
+                               tiers=self.tiers_for_model(capacities, fresh, compressed),
+                               fresh=self.fresh(fresh))
+
+    def interval_at(self, tf: float, tw: float | None, l1_slots: int,
+                    capacities: Sequence[int | None] | None = None, *,
+                    compressed: bool = False, max_candidates: int = 32) -> int:
+        """The interval with the least predicted time were a step to cost ``tf`` seconds,
+        contention included (as a run measures it beside its transfers), and a Level-2 write
+        ``tw`` (None: as known; a read then scales with it, as a slower device's does)."""
+        costs = self.costs(busy=True, compressed=compressed)
+        scale = 1.0 if tw is None or costs.tw <= 0 else tw / costs.tw
+        costs = replace(costs, tf=tf, tb=tf + (costs.tb - costs.tf), tx=0.0,
+                        tw=costs.tw * scale, tr=costs.tr * scale)
+        return choose_interval(self.n_steps, l1_slots, costs,
+                               staging_buffers=self.staging_buffers, taping=self.taping,
+                               max_candidates=max_candidates,
+                               tiers=self.tiers_for_model(capacities, False, compressed)).interval
+
+    def price(self, l1_slots: int, interval: int,
+              capacities: Sequence[int | None] | None = None, *, fresh: bool = True,
+              compressed: bool = False) -> float:
+        """Predicted seconds of one plan: ``interval`` with ``l1_slots`` slots, or with
+        ``interval`` 0 Revolve in the Level-1 slots alone; ``compressed``: its Level-2 states
+        go through the codec."""
+        compressed = compressed and interval > 0
+        costs = self.costs(busy=interval > 0, compressed=compressed)
+        memory = self.fresh(fresh)
+        if interval == 0:
+            return predict_revolve(self.n_steps, l1_slots, costs, taping=self.taping,
+                                   fresh=memory).total_s
+        tiers = self.tiers_for_model(capacities, fresh, compressed)
+        if tiers is None:
+            return predict_async_multistage(self.n_steps, interval, l1_slots, costs,
+                                            staging_buffers=self.staging_buffers,
+                                            taping=self.taping).total_s
+        return predict_tiered(self.n_steps, interval, l1_slots, costs, tiers,
+                              staging_buffers=self.staging_buffers, taping=self.taping,
+                              fresh=memory).total_s
+
+    def probed(self, short: float, long: float, steps: int) -> None:
+        """Take tcall and tf from a call of one step (``short`` seconds) and one of ``steps``."""
+        tf = (long - short) / (steps - 1)
+        if tf <= 0:
+            self.tf, self.tcall = max(long / steps, 1e-9), 0.0
+        else:
+            self.tf, self.tcall = tf, max(short - tf, 0.0)
+
+    def learn(self, stats: Any, fit: CallFit) -> None:
+        """Take tf and tcall (fitted over the forward calls of this run and the earlier ones),
+        tb (time inside the reverse operator), tc (copies) and tw and tr (time on the Level-2
+        path, contention included, less the first touch of fresh pages) from a completed run's
+        :class:`Stats`. The compute costs pool this run with the earlier ones of its kind (with
+        or without Level-2 transfers beside the compute: see :meth:`costs`), each weighing
+        :data:`RUN_DECAY` of the next. A tiered Level-2 learns each tier's tw and tr from its own
+        transfers in the run. Transfer costs are means over the run's transfers and what was
+        known before (:data:`PRIOR_TRANSFERS`), so a run that moved few states does not
+        overturn them. The price of fresh memory (``fault_s``) is revised the same way from the
+        buffers the run faulted in: the quiet probe at construction may find pages the process
+        just freed, which fault in faster than the memory a long run goes on to touch. Where a
+        codec ran, its seconds per state and the share of bytes it stored are learned the same
+        way (:attr:`codec`), and the transfers' costs are taken back to
+        uncompressed states (less the codec's seconds, over the share of bytes stored); from a
+        run that compressed every state, only where that raises them."""
+        drift = fit.drift(self.tcall)
+        # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread works
+        # beside the compute and the copies for most of the run
+        busy = stats.l2_writes > self.staging_buffers and not self.inline
+        if drift is not None and not 1 / DRIFT <= drift <= DRIFT:
+            self._learn_drifting(stats, fit)
+        elif busy:
+            self._learn_contention(stats, fit)
+            self.busy.learn(stats, fit, self.quiet)
+        else:
+            self.quiet.learn(stats, fit, self.quiet)
+        (self.busy if busy else self.quiet).learn_copies(stats)
+        self._learn_codec(stats)
+        # the share of the bytes written that Level-2 stored (1 without a codec)
+        stored = (stats.l2_stored_bytes / stats.bytes_written
+                  if stats.bytes_written and stats.l2_stored_bytes else 1.0)
+        self.transfers.learn(stats, stored, packed=0 < stats.l2_writes <= stats.encoded_states)
+        if self.fault_s is not None and stats.fresh_buffers:
+            self.fault_s = blend(self.fault_s, stats.fresh_s, stats.fresh_buffers)
+        self.runs += 1
+
+    def _learn_drifting(self, stats: Any, fit: CallFit) -> None:
+        """Take the compute costs of a run whose step cost changed midway (see :data:`DRIFT`)
+        from that run alone, for plans with transfers and without alike: the run's mean step is
+        the best guess of the next run's, and pricing one kind of plan from runs that measured
+        other costs would decide between them on the change, not on the plans."""
+        # a fit over calls whose step cost changed is no measure of a call's own cost: that
+        # stays as known, and the run's calls are pooled into neither fit
+        tcall = self.quiet.tcall or 0.0
+        tf = max((fit.seconds - fit.calls * tcall) / fit.steps, 1e-9)
+        adjoint = (stats.reverse_compute_s / stats.reverse_steps if stats.reverse_steps
+                   else None)
+        self.quiet.take_run(tf, self.quiet.tcall, adjoint)
+        self.busy.take_run(tf, self.quiet.tcall, adjoint)
+
+    def _learn_contention(self, stats: Any, fit: CallFit) -> None:
+        """Revise :attr:`tx` from a run with transfers: its forward calls, copies and (where
+        their quiet cost is known) reverse calls beyond their quiet costs, per transfer, blended
+        as transfer costs are (:data:`PRIOR_TRANSFERS`; at first with none): the noise of a
+        run's compute divided by a few transfers must not price them as dear as a disk
+        write."""
+        transfers = stats.l2_writes + stats.l2_reads
+        if self.tf is None or not transfers or not fit.calls:
+            return
+        extra = fit.seconds - fit.calls * self.tcall - fit.steps * self.tf
+        extra += stats.copy_s - stats.copies * self.tc
+        if self.tb is not None:
+            extra += stats.reverse_compute_s - stats.reverse_steps * (self.tb - self.tf)
+        self.tx = blend(self.tx or 0.0, max(extra, 0.0), transfers)
+
+    def _learn_codec(self, stats: Any) -> None:
+        """Revise :attr:`codec` from the states the codec compressed and decompressed in a run."""
+        encoded, decoded = stats.encoded_states, stats.decoded_states
+        if not encoded:
+            return
+        stored = max(stats.encoded_stored_bytes, 1) / max(stats.encoded_bytes, 1)
+        known = self.codec
+        if known is None:  # a read is priced as a write until one is measured
+            compress = stats.compress_s / encoded
+            self.codec = CodecCosts(compress, stats.decompress_s / decoded if decoded
+                                    else compress, min(stored, 1.0))
+            return
+        self.codec = CodecCosts(
+            compress_s=blend(known.compress_s, stats.compress_s, encoded),
+            decompress_s=blend(known.decompress_s, stats.decompress_s, decoded),
+            stored=min(1.0, blend(known.stored, stored * encoded, encoded)))
+
+    def record(self, choice: IntervalChoice) -> dict[str, Any]:
+        """What goes into ``Stats.calibration``."""
+        costs = self.costs()
+        return {
+            "tf_s": costs.tf, "tb_s": costs.tb, "tcall_s": costs.tcall, "tw_s": self.tw,
+            "tr_s": self.tr, "tc_s": self.tc, "tf_busy_s": self.tf_busy,
+            "tcall_busy_s": self.tcall_busy, "tb_busy_s": self.tb_busy, "tc_busy_s": self.tc_busy,
+            "tx_s": self.tx,
+            "tb_measured": self.tb is not None,
+            "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",
+            "taping": self.taping, "interval": choice.interval,
+            "fault_s": self.fault_s, "warm_buffers": self.warm_buffers,
+            "codec": None if self.codec is None else asdict(self.codec),
+            "predicted_total_s": choice.prediction.total_s,
+            "predicted_revolve_s": choice.revolve.total_s,
+            "predicted_store_all_s": choice.store_all.total_s,
+        }

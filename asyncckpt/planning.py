@@ -1,0 +1,77 @@
+"""The planning entry the adapters (:mod:`asyncckpt.compat`, :mod:`asyncckpt.torch`, an
+adapter of your own) build on: how options are read and checked, and how much memory a plan
+may take, without reaching into the runtime's private rooms (docs/architecture.md)."""
+from __future__ import annotations
+
+import psutil
+
+from ._execution.ranks import world_if_running
+from ._memory.buffers import padded
+from ._memory.pool import POOL
+from ._planning.budget import DEFAULT_STAGING_BUFFERS, engine_buffers
+from ._planning.options import (check_choice, check_int, check_operator, environment,
+                                parse_bytes, parse_flag, parse_interval)
+from .errors import MemoryBudgetError
+
+__all__ = ["DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "available_memory", "check_choice",
+           "check_int", "check_operator", "choose_l1_slots", "default_budget",
+           "engine_buffers", "environment", "parse_bytes", "parse_flag", "parse_interval",
+           "state_bytes",
+           "world_if_running"]
+
+
+def state_bytes(nbytes: int) -> int:
+    """Bytes a state of ``nbytes`` takes in a Level-1 slot or an engine buffer (page-padded)."""
+    return padded(nbytes)
+
+
+def available_memory() -> int:
+    """Memory available to a new checkpointer: the system's (psutil) and what asyncckpt's pool
+    keeps for reuse."""
+    return psutil.virtual_memory().available + POOL.nbytes
+
+
+#: Share of the available memory that ``n_checkpoints=None`` takes as its memory budget.
+MEMORY_SHARE = 0.25
+
+
+def default_budget(nbytes: int, available: int | None = None) -> int:
+    """The memory budget of ``n_checkpoints=None``: ``$ASYNCCKPT_MEMORY_BUDGET`` where set, else a
+    quarter of the available memory (psutil; what asyncckpt's pool keeps for reuse counts as
+    available). It bounds Level-1 slots, staging and prefetch buffers and DRAM Level-2 together;
+    Level-2 beyond it goes to the temporary directory (unless ``storage`` says where).
+
+    Raises
+    ------
+    MemoryBudgetError
+        If a quarter of the available memory holds no state beside the staging and prefetch
+        buffers.
+    """
+    text = environment("ASYNCCKPT_MEMORY_BUDGET")
+    if text is not None:
+        return parse_bytes("ASYNCCKPT_MEMORY_BUDGET", text)
+    if available is None:
+        available = available_memory()
+    budget = int(MEMORY_SHARE * available)
+    if budget // padded(nbytes) < engine_buffers() + 1:
+        raise MemoryBudgetError(
+            f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
+            f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
+        )
+    return budget
+
+
+def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None) -> int:
+    """Level-1 slots for ``n_checkpoints=None``: as many states as fit in a quarter of the
+    available memory (psutil; what asyncckpt's pool keeps for reuse counts as available),
+    beside the staging and prefetch buffers, at most n. Slots are allocated only when a
+    schedule uses them."""
+    if available is None:
+        available = available_memory()
+    fit = int(MEMORY_SHARE * available // padded(nbytes)) - engine_buffers()
+    if fit < 1:
+        raise MemoryBudgetError(
+            f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
+            f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
+        )
+    return max(1, min(fit, n_timesteps))

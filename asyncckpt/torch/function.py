@@ -1,0 +1,68 @@
+"""The autograd function whose forward is a checkpointed forward sweep and whose backward is
+its reverse sweep, and the operators it hands the checkpointer."""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+__all__ = ["Checkpointed", "ForwardOperator", "ReverseOperator", "Run"]
+
+
+class Run(Protocol):
+    """What the operators drive: a scan's or a stack's steps and their backward."""
+
+    def advance(self, start: int, end: int, /) -> None: ...
+
+    def reverse(self, s: int, /) -> None: ...
+
+
+class ForwardOperator:
+    """The checkpointer's forward operator: steps of the run."""
+
+    def __init__(self, scan: Run) -> None:
+        self.scan = scan
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        self.scan.advance(t_start, t_end)
+
+
+class ReverseOperator:
+    """The checkpointer's reverse operator: the backward of one step of the run."""
+
+    def __init__(self, scan: Run) -> None:
+        self.scan = scan
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        self.scan.reverse(t_start)
+
+
+class Checkpointed(torch.autograd.Function):
+    """A forward sweep checkpointed by asyncckpt, and its reverse sweep as the backward: ``run``
+    (a :class:`ScanRun` or :class:`SequentialRun`) does both."""
+
+    @staticmethod
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        ctx, run, *inputs = args  # torch's signature: (ctx, *inputs)
+        try:
+            run.checkpointer.apply_forward()
+            outputs = run.forward_outputs(inputs)
+        except BaseException:
+            run.checkpointer.close()
+            raise
+        ctx.run, ctx.name = run, run.name
+        ctx.mark_non_differentiable(*(t for t in outputs if not t.is_floating_point()))
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
+        run = getattr(ctx, "run", None)
+        if run is None:
+            raise RuntimeError(f"Trying to backward through {ctx.name} a second time: its "
+                               "checkpoints were freed after the first backward (call it again "
+                               "for another backward pass)")
+        ctx.run = None
+        try:
+            return (None, *run.backward(grads))
+        finally:
+            run.checkpointer.close()

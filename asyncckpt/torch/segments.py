@@ -1,0 +1,81 @@
+"""How a budget is shared between the checkpoints and a segment's graph, and where segments
+start."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+
+from ..errors import InvalidValueError
+from ..planning import default_budget, engine_buffers, parse_bytes, state_bytes
+
+__all__ = ["SCAN_CHECKPOINTS_SHARE", "STACK_CHECKPOINTS_SHARE", "graph_share", "in_segments",
+           "segment_starts"]
+
+# The share of a scan's budget its checkpoints keep; a segment's graph gets the rest. Each
+# segment costs a call of the autograd engine, and a scan's carries beyond the budget go to
+# Level-2, so longer segments pay more than Level-1 slots (docs/torch.md compares the shares).
+SCAN_CHECKPOINTS_SHARE = 0.25
+# A stack's: its activations are its checkpoints, and each is as large as a layer's graph.
+STACK_CHECKPOINTS_SHARE = 0.5
+
+
+def graph_share(nbytes: int, options: dict[str, Any],
+                kept: float) -> tuple[int | None, dict[str, Any]]:
+    """How many bytes of ``memory_budget`` (in ``options``; by default a quarter of the
+    available memory, unless ``l1_slots`` is given) one segment's graph may take beside
+    checkpoints of ``nbytes`` (None where no budget is given): what the checkpoints leave, the
+    checkpoints keeping the share ``kept`` of it, and at least the engine's buffers and one
+    slot; and the checkpointer's options, a copy of ``options`` whose ``memory_budget`` is the
+    checkpoints' share."""
+    budget = options.get("memory_budget")
+    if budget is None:
+        if "l1_slots" in options:
+            return None, dict(options)
+        budget = default_budget(nbytes)
+    budget = parse_bytes("memory_budget", budget)
+    checkpoints = max(int(budget * kept), (engine_buffers() + 1) * state_bytes(nbytes))
+    most = max(budget - checkpoints, 0)
+    return most, {**options, "memory_budget": budget - most}
+
+
+def in_segments(options: dict[str, Any], count: int) -> dict[str, Any]:
+    """``options`` for a checkpointer whose steps are ``count`` segments: a fixed interval
+    (which counts segments) at most the run."""
+    interval = options.get("interval")
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval > count:
+        return {**options, "interval": count}
+    return options
+
+
+def segment_starts(graph: Sequence[int], segments: int | None, most: int | None) -> list[int]:
+    """Where each segment of a stack of layers begins, and the number of layers at the end.
+
+    Parameters
+    ----------
+    graph
+        The bytes each layer's graph keeps for its backward.
+    segments
+        That many segments, of equal numbers of layers (as ``torch.utils.checkpoint``'s
+        ``checkpoint_sequential`` splits); None: runs of layers whose graphs add up to at most
+        ``most`` bytes (a layer alone where it keeps more), and at least sqrt(layers) of them,
+        so that a segment's graph is at most the share of the whole that torch's advice
+        gives.
+    """
+    n = len(graph)
+    if segments is not None:
+        if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+            raise InvalidValueError(f"segments must be a positive int or None, got {segments!r}")
+        count = min(segments, n)
+        return [n * k // count for k in range(count)] + [n]
+    cap = -(-sum(graph) // (math.isqrt(n - 1) + 1))  # ceil(total / ceil(sqrt(n)))
+    if most is not None:
+        cap = min(cap, most)
+    starts, held = [0], 0
+    for t, nbytes in enumerate(graph):
+        if t > starts[-1] and held + nbytes > cap:
+            starts.append(t)
+            held = 0
+        held += nbytes
+    return starts + [n]

@@ -1,0 +1,75 @@
+"""The rules of docs/architecture.md, checked on the source: which room may import which."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "asyncckpt"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, absolute (relative imports resolved), at any depth."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    if path.name == "__init__.py":
+        package = parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def modules_under(room: str) -> list[Path]:
+    return sorted((PACKAGE / room).rglob("*.py"))
+
+
+def test_the_rooms_exist():
+    for room in ("_planning", "_execution", "_memory"):
+        assert modules_under(room), room
+
+
+@pytest.mark.parametrize("path", modules_under("_execution"), ids=lambda p: p.name)
+def test_execution_never_imports_planning(path):
+    assert not [m for m in imported_modules(path) if m.startswith("asyncckpt._planning")]
+
+
+@pytest.mark.parametrize("room", ["_memory", "storage", "devices"])
+def test_the_lower_rooms_import_neither_planning_nor_execution(room):
+    for path in modules_under(room):
+        bad = [m for m in imported_modules(path)
+               if m.startswith(("asyncckpt._planning", "asyncckpt._execution"))]
+        assert not bad, (path, bad)
+
+
+@pytest.mark.parametrize("adapter", ["compat", "torch"])
+def test_the_adapters_import_nothing_private(adapter):
+    for path in modules_under(adapter):
+        private = [m for m in imported_modules(path)
+                   if m.startswith("asyncckpt.") and any(
+                       part.startswith("_") and not part.startswith("__")
+                       for part in m.split(".")[1:-1] if not m.startswith(f"asyncckpt.{adapter}"))]
+        assert not private, (path, private)
+
+
+def test_no_module_is_too_long():
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    schedules = PACKAGE.parent / "schedules"
+    long.update({str(p.relative_to(PACKAGE.parent)): n for p in schedules.rglob("*.py")
+                 if (n := len(p.read_text().splitlines())) > 500})
+    assert not long
+
+
+def test_no_type_ignore_in_the_runtime():
+    assert not [p for p in PACKAGE.rglob("*.py") if "type: ignore" in p.read_text()]

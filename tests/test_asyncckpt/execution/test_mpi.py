@@ -1,0 +1,103 @@
+"""Real mpiexec runs of 2 and 4 ranks on this machine (tests/mpi_job.py): one plan on every rank,
+exact adjoints per rank, and a failure on one rank raised on all of them, none left hanging."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TESTS
+
+pytest.importorskip("mpi4py")
+BIN = Path(sys.executable).parent
+MPIEXEC = shutil.which("mpiexec", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+if MPIEXEC is None:
+    pytest.skip("no mpiexec (pip install '.[mpi]' brings Open MPI)", allow_module_level=True)
+
+JOB = TESTS / "mpi_job.py"
+
+
+def mpirun(ranks: int, scenario: str, root: Path, *, job: Path = JOB,
+           args: list[str] | None = None, env: dict[str, str] | None = None) -> list[dict]:
+    """Each rank's JSON line, by rank; a hang fails the test after 300 s."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **(env or {})}
+    command = [str(job)] + (args if args is not None else [scenario, str(root)])
+    # 4 ranks on 2 cores: more ranks than cores, as a laptop or a CI runner has
+    done = subprocess.run([MPIEXEC, "--oversubscribe", "-n", str(ranks), sys.executable,
+                           *command], capture_output=True, text=True, timeout=300, env=env)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == ranks, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    return sorted(lines, key=lambda line: line["rank"])
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_rank_runs_one_plan_and_its_own_exact_adjoint(tmp_path, ranks: int) -> None:
+    results = mpirun(ranks, "plans", tmp_path)
+    for name in ("auto", "adaptive", "fixed", "unknown-n"):
+        for run in range(2):
+            seen = [r[name][run] for r in results]
+            assert all(s["exact"] for s in seen), (name, run)
+            plan = {(s["n"], s["interval"], s["slots"], tuple(s["starts"]), s["tf"])
+                    for s in seen}
+            assert len(plan) == 1, (name, run, plan)  # one plan, the slowest rank's costs
+    assert results[0]["unknown-n"][0]["n"] == 60  # ended by the last rank's stop alone
+    # the slowest rank's step (0.2 ms of sleep on rank 0, against some 5 us elsewhere) sets
+    # every rank's tf (the fit may count part of the sleep as the call's cost)
+    assert results[-1]["auto"][1]["tf"] >= 1e-4
+    # per-rank Level-2 directories under the one path given (removed again when closed)
+    assert not list(tmp_path.glob("rank*/*"))
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("scenario, failing, error", [
+    ("write-fails", -1, "TransferError"),
+    ("operator-fails", 1, "RuntimeError"),
+])
+def test_a_failure_on_one_rank_raises_on_every_rank(tmp_path, ranks: int, scenario: str,
+                                                     failing: int, error: str) -> None:
+    results = mpirun(ranks, scenario, tmp_path)
+    failing %= ranks
+    assert results[failing]["raised"] == error
+    for result in results:
+        if result["rank"] != failing:
+            assert result["raised"] == "RankFailedError"
+            assert f"rank {failing} of {ranks} failed ({error}" in result["message"]
+    if scenario == "operator-fails":  # a second run of the same checkpointers fails alike
+        assert [r["again"] for r in results] == [r["raised"] for r in results]
+
+
+def test_compat_plans_over_comm_world_in_a_running_mpi_job(tmp_path) -> None:
+    results = mpirun(2, "compat", tmp_path)
+    assert all(r["collective"] and r["exact"] for r in results)
+    assert len({r["interval"] for r in results}) == 1
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("budget", [None, "512KiB"])
+def test_devito_mpi_gradient_equals_its_full_history_on_every_rank(tmp_path, budget) -> None:
+    """Devito's acoustic gradient under DEVITO_MPI=1 on 2 ranks, unmodified but for the
+    Revolver, on its default path: every rank's part equals Devito's own full-history MPI
+    gradient bit for bit, twice. The default budget holds every state in Level-1; 512 KiB
+    sends the first gradient's through Level-2."""
+    pytest.importorskip("devito")
+    pytest.importorskip("examples.seismic.acoustic")
+    if shutil.which("mpicc", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}") is None:
+        pytest.skip("no mpicc to compile Devito's MPI operators")
+    extra = {"DEVITO_MPI": "1"}
+    if budget is not None:
+        extra["ASYNCCKPT_MEMORY_BUDGET"] = budget
+    results = mpirun(2, "", tmp_path, job=JOB.with_name("devito_mpi_job.py"), args=["600"],
+                     env=extra)
+    for result in results:
+        assert result["exact"] == [True, True], result
+        assert all(collective for collective, _, _ in result["plans"])
+    assert results[0]["plans"] == results[1]["plans"]
+    if budget is not None:
+        # the first gradient goes through Level-2; the next may keep to Level-1 once a run
+        # has priced the copies beside the I/O thread
+        assert results[0]["plans"][0][1] > 0

@@ -1,0 +1,331 @@
+"""memory_budget and tiered Level-2: exact adjoints whatever the split, the budget refused when
+it cannot work, and held in a real process."""
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from asyncckpt import (AsyncCheckpointer, FileStorage, HostMemoryStorage, MemoryBudgetError,
+                       TransferError, WrapperStorage)
+from asyncckpt._memory.buffers import padded
+from asyncckpt._planning.options import parse_bytes
+from asyncckpt.checkpoint import check_descriptor
+from asyncckpt.storage import TieredStorage
+from schedules import simulate
+from workloads import (Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse,
+                       store_all_reference)
+
+MODELS = {"recurrent": RecurrentCell, "leapfrog": Leapfrog}
+
+
+def tiers_for(kind: str, root: Path):
+    return {"dram": None, "dram+disk": ["dram", root], "dram+tmpfs": ["DRAM", "/dev/shm"],
+            "objects": [HostMemoryStorage(), FileStorage(root)], "disk": root}[kind]
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_budgeted_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_path: Path) -> None:
+    """Random budgets (from one state to all of them), tier lists, intervals and slots: the
+    gradients equal store-all's, the schedule run passes the validator, and
+    Level-1 and the DRAM tier together never hold more buffers than the budget."""
+    model_name = data.draw(st.sampled_from(sorted(MODELS)), label="model")
+    n = data.draw(st.integers(1, 50), label="n")
+    model = MODELS[model_name](n)
+    buffer = padded(check_descriptor(model))
+    buffers = data.draw(st.integers(1, n + 6), label="budget in buffers")
+    interval = data.draw(st.one_of(st.just("auto"), st.integers(1, n)), label="interval")
+    kind = data.draw(st.sampled_from(["dram", "dram+disk", "dram+tmpfs", "objects", "disk"]),
+                     label="tiers")
+    fixed = data.draw(st.one_of(st.none(), st.integers(1, 4)), label="l1_slots")
+    compression = data.draw(st.sampled_from([None, "lz4"]), label="compression")
+    storage = tiers_for(kind, tmp_path)
+    reference = store_all_reference(model)
+    try:
+        ckp = AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=fixed,
+                                interval=interval, storage=storage,
+                                memory_budget=buffers * buffer, compression=compression)
+    except (ValueError, MemoryBudgetError) as refused:
+        # refused only where the budget cannot hold what was asked for
+        assert "l1_slots=" in str(refused) or "holds" in str(refused) or "hold" in str(refused)
+        return
+    with ckp:
+        for _ in range(2):
+            got = forward_reverse(model, ckp)
+            for a, b in zip(got, reference):
+                assert a.tobytes() == b.tobytes()
+            counts = simulate(ckp.schedule)
+            assert ckp.stats.l2_writes == counts.l2_writes
+            held = ckp.stats.l1_peak_slots
+            if not ckp.in_level1:
+                held += 4 + (compression is not None)  # staging, prefetch, the codec's buffer
+                tiers = ckp.storage.tiers or []
+                dram = [i for i, t in enumerate(tiers) if isinstance(t, HostMemoryStorage)]
+                if dram:
+                    held += _byte_limits(ckp.storage)[dram[0]] // buffer
+            assert held <= buffers, (held, buffers)
+            if interval == "auto" and fixed is None and ckp.stats.interval:
+                # slots beyond an interval's length would do nothing but take the DRAM tier's
+                assert ckp.stats.l1_slots <= ckp.stats.interval, ckp.stats
+
+
+def _byte_limits(storage) -> list:
+    """The byte limits of a tiered Level-2, compressed or not."""
+    inner = getattr(storage, "inner", storage)
+    assert isinstance(inner, TieredStorage)
+    return inner.byte_limits
+
+
+def test_a_budget_too_small_for_dram_level2_spills_everything(tmp_path: Path) -> None:
+    """Room for the slots and the engine's buffers only: every Level-2 state goes to disk."""
+    n = 40
+    model = RecurrentCell(n)
+    budget = 6 * padded(check_descriptor(model))  # 4 engine buffers + 2 slots, nothing for DRAM Level-2
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=4,
+                           storage=["dram", tmp_path], memory_budget=budget) as ckp:
+        got = forward_reverse(model, ckp)
+        assert isinstance(ckp.storage, TieredStorage)
+        assert ckp.storage.byte_limits[0] == 0 and ckp.storage.writes[0] == 0
+        assert ckp.storage.writes[1] == ckp.stats.l2_writes == 10
+    for a, b in zip(got, store_all_reference(model)):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_the_default_tiers_are_dram_then_the_temporary_directory() -> None:
+    import tempfile
+
+    n = 200
+    model = RecurrentCell(n)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, interval=2,
+                           memory_budget=40 * padded(check_descriptor(model))) as ckp:
+        assert isinstance(ckp.storage, TieredStorage)
+        assert isinstance(ckp.storage.tiers[0], HostMemoryStorage)
+        assert isinstance(ckp.storage.tiers[1], FileStorage)
+        assert ckp.storage.tiers[1].path == Path(tempfile.gettempdir())
+        assert ckp.l1_slots == 2
+        assert ckp.storage.byte_limits[0] == (40 - 4 - 2) * padded(check_descriptor(model))
+        forward_reverse(model, ckp)
+        assert ckp.storage.writes == [34, 66]
+
+
+def test_everything_fits_in_the_budget_runs_store_all_in_level1() -> None:
+    n = 30
+    model = RecurrentCell(n)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n,
+                           memory_budget="1 GiB") as ckp:
+        assert ckp.in_level1 and ckp.l1_slots == n - 1
+        forward_reverse(model, ckp)
+        assert ckp.stats.l2_writes == 0 and ckp.stats.forward_steps == 2 * n - 1
+
+
+@pytest.mark.parametrize(("budget", "message"), [
+    (0, "memory_budget must be a positive size in bytes, got 0"),
+    (-1, "memory_budget must be a positive size in bytes, got -1"),
+    ("lots", "memory_budget must be a number of bytes, or a size such as '512MiB'"),
+    ("12 parsecs", "got '12 parsecs'"),
+    (100, "memory_budget of 100 bytes is too small for one state of"),
+    (2.5, "memory_budget must be an int"),
+])
+def test_bad_budgets_are_refused(budget: object, message: str) -> None:
+    model = RecurrentCell(10)
+    with pytest.raises((ValueError, TypeError), match=message):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), 10, memory_budget=budget)
+
+
+def test_slots_beyond_the_budget_and_neither_given_are_refused() -> None:
+    model = RecurrentCell(50)
+    with pytest.raises(ValueError, match="give l1_slots .* or both; got neither"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), 50)
+    with pytest.raises(ValueError, match="l1_slots=8 does not fit in memory_budget"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), 50, l1_slots=8, interval=5,
+                          memory_budget=10 * padded(check_descriptor(model)))
+    with pytest.raises(MemoryBudgetError, match="interval 2 keeps 25 states on Level-2"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), 50, l1_slots=2, interval=2,
+                          storage="dram", memory_budget=10 * padded(check_descriptor(model)))
+
+
+@pytest.mark.parametrize(("text", "nbytes"), [
+    ("512MiB", 512 * 2**20), ("8GB", 8 * 10**9), ("1.5 GiB", 3 * 2**29), ("4096", 4096),
+    (" 2 kib ", 2048), (1 << 20, 1 << 20),
+])
+def test_budget_sizes_parse(text: object, nbytes: int) -> None:
+    assert parse_bytes("memory_budget", text) == nbytes
+
+
+_BUDGETED_RUN = """
+import json, sys
+import numpy as np
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
+from experiments.lstm.worker import peak_rss_bytes
+
+n, mib, budget = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+state = np.zeros(mib * 2**20 // 8)
+adjoint = np.zeros_like(state)
+
+class Forward:
+    def apply(self, *, t_start, t_end):
+        for _ in range(t_start, t_end):
+            np.sin(state, out=state)
+            np.add(state, 1.0, out=state)
+
+class Reverse:
+    def apply(self, *, t_start, t_end):
+        np.add(adjoint, np.cos(state), out=adjoint)
+
+base = peak_rss_bytes()
+with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, interval=1,
+                       storage=["dram", sys.argv[4]], memory_budget=budget) as ckp:
+    ckp.apply_forward()
+    ckp.apply_reverse()
+    writes = ckp.storage.writes
+print(json.dumps({"base": base, "peak": peak_rss_bytes(), "writes": writes}))
+"""
+
+
+def test_a_fresh_process_stays_within_its_budget(disk_dir: Path) -> None:
+    """200 states of 2 MiB (400 MiB) under a 48 MiB budget: the peak resident memory grows by
+    no more than the budget (plus 4 MiB for the interpreter's own allocations)."""
+    budget = 48 * 2**20
+    from conftest import ROOT as root
+    done = subprocess.run([sys.executable, "-c", _BUDGETED_RUN, "200", "2", str(budget),
+                           str(disk_dir)], capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["writes"][1] > 0, report  # it did spill to disk
+    growth = report["peak"] - report["base"]
+    assert growth <= budget + 4 * 2**20, (growth / 2**20, report)
+
+
+def test_an_interval_plan_leaves_the_slots_it_cannot_use_to_the_dram_tier(tmp_path: Path) -> None:
+    # a probe that finds the disk tier cheaper than DRAM (a page cache answering both) once made
+    # "auto" keep 389 slots for I = 2, which uses 2, and send 198 states to the disk instead of
+    # DRAM: the same schedule, priced a little lower only because the disk looked cheaper
+    n = 200
+    model = Leapfrog(n)
+    buffer = padded(check_descriptor(model))
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, interval="auto",
+                           storage=["dram", tmp_path], memory_budget=40 * buffer) as ckp:
+        tuner = ckp.costs
+        assert tuner is not None
+        tuner.tf, tuner.tb, tuner.tcall, tuner.fault_s = 1e-3, 3e-3, 0.0, None
+        tuner.tier_costs = [(2e-3, 2e-3), (1e-4, 1e-4)]  # DRAM, then the "cheaper" disk
+        for got, want in zip(forward_reverse(model, ckp), reference):
+            assert got.tobytes() == want.tobytes()
+        stats = ckp.stats
+    assert stats.interval > 0 and stats.l1_slots <= stats.interval, (stats.interval,
+                                                                      stats.l1_slots)
+    assert stats.l2_tiers[0]["writes"] >= min(40 - 4 - stats.l1_slots, stats.l2_writes)
+
+
+class CountingWrapper(WrapperStorage):
+    """A user's wrapper around any backend: counts the writes it is given, changes nothing."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.puts = 0
+        self.lock = threading.Lock()
+
+    def put(self, key: int, buf) -> None:
+        with self.lock:
+            self.puts += 1
+        super().put(key, buf)
+
+
+def test_a_wrapper_around_dram_is_bounded_by_the_budget_as_dram(tmp_path: Path) -> None:
+    """The budget asks a backend whether it holds process memory instead of reading its class:
+    a wrapper around DRAM that the runtime has never heard of is still counted, and the states
+    beyond its share go to the disk tier (unbounded, all 100 stayed in DRAM)."""
+    n = 200
+    model = Leapfrog(n)
+    buffer = padded(check_descriptor(model))
+    reference = store_all_reference(model)
+    dram = CountingWrapper(HostMemoryStorage())
+    assert dram.holds_process_memory
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=4, interval=2,
+                           storage=[dram, tmp_path], memory_budget=40 * buffer) as ckp:
+        probes = dram.puts  # the construction's probes of each tier's speed
+        model.reset()
+        ckp.apply_forward()
+        assert ckp.l1_bytes + dram.nbytes_held <= 40 * buffer
+        assert ckp.plan.capacities[0] == 40 - 4 - 4  # beside 4 slots and 4 engine buffers
+        model.reset_adjoint()
+        ckp.apply_reverse()
+        for got, want in zip(model.gradients(), reference):
+            assert got.tobytes() == want.tobytes()
+        tiers = ckp.stats.l2_tiers
+    assert tiers[0]["writes"] == 40 - 4 - 4 and tiers[1]["writes"] == 100 - tiers[0]["writes"]
+    assert dram.puts - probes == tiers[0]["writes"]  # every write went through its put
+
+
+def test_a_subclass_that_overrides_put_sees_every_write() -> None:
+    """HostMemoryStorage keeps a staging buffer as the stored copy without calling put: a
+    subclass's put must still see every write, so a failing one reaches the caller."""
+
+    class Full(HostMemoryStorage):
+        def put(self, key: int, buf) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    class Counting(HostMemoryStorage):
+        puts = 0
+
+        def put(self, key: int, buf) -> None:
+            Counting.puts += 1
+            super().put(key, buf)
+
+    n = 50
+    model = Leapfrog(n)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=5,
+                           storage=Full()) as ckp:
+        model.reset()
+        with pytest.raises(TransferError) as info:
+            ckp.apply_forward()
+    assert isinstance(info.value.__cause__, OSError)
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=5,
+                           storage=Counting()) as ckp:
+        for got, want in zip(forward_reverse(model, ckp), reference):
+            assert got.tobytes() == want.tobytes()
+        assert Counting.puts == ckp.stats.l2_writes == 10
+
+
+def test_the_disk_tier_is_priced_no_lower_than_its_probe_of_states_in_a_row(disk_dir) -> None:
+    """The probe wrote a burst of states to the disk tier in a row: what a run that loaded it
+    less measures does not lower its price below that; the DRAM tier's may fall."""
+    n = 60
+    model = Leapfrog(n)
+    state = padded(check_descriptor(model))
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n,
+                           memory_budget=12 * state, storage=["dram", disk_dir]) as ckp:
+        tuner = ckp.costs
+        assert tuner is not None and tuner.tier_costs is not None
+        probed = tuner.tier_costs[1]
+        assert tuner.loaded_costs == [(None, None), probed]
+        for _ in range(2):
+            forward_reverse(model, ckp)
+            disk = ckp.costs.tier_costs[1]
+            assert disk[0] >= probed[0] and disk[1] >= probed[1]
+
+
+def test_interval_zero_runs_revolve_in_the_budgets_slots_alone() -> None:
+    n = 30
+    model = Leapfrog(n)
+    reference = store_all_reference(model)
+    state = padded(check_descriptor(model))
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, interval=0,
+                           memory_budget=5 * state) as ckp:
+        got = forward_reverse(model, ckp)
+        assert ckp.l1_slots == 5 and ckp.interval == 0
+        assert ckp.stats.l2_writes == 0 and ckp.stats.l1_peak_slots == 5
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, reference))
+    with pytest.raises(ValueError, match=r"interval=0 \(Revolve in Level-1 alone\) needs "
+                                         "n_timesteps"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), None, interval=0, l1_slots=2)

@@ -1,0 +1,190 @@
+"""Bad input is rejected at construction (or at the call) with an error naming the value."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asyncckpt import (ArrayCheckpoint, AsyncCheckpointer, CheckpointError, ScheduleError,
+                       UsageError)
+from workloads import Forward, RecurrentCell, Reverse
+
+
+def make(n: int = 10, **overrides):
+    model = RecurrentCell(max(n, 1) if isinstance(n, int) and not isinstance(n, bool) else 5)
+    kwargs = dict(l1_slots=2, interval=2)
+    kwargs.update(overrides)
+    checkpoint = kwargs.pop("checkpoint", model)
+    fwd = kwargs.pop("fwd", Forward(model))
+    rev = kwargs.pop("rev", Reverse(model))
+    return AsyncCheckpointer(checkpoint, fwd, rev, n, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (dict(n=0), ValueError, "n_timesteps must be >= 1, got 0"),
+        (dict(n=-5), ValueError, "n_timesteps must be >= 1, got -5"),
+        (dict(n=2.0), TypeError, "n_timesteps must be an int, got 2.0"),
+        (dict(n="10"), TypeError, "n_timesteps must be an int"),
+        (dict(l1_slots=0), ValueError, "l1_slots must be >= 1, got 0"),
+        (dict(interval=-1), ValueError, r"interval must be an int in \[0, 10\], got -1"),
+        (dict(interval=11), ValueError, r"interval must be an int in \[0, 10\], got 11"),
+        (dict(interval="fast"), ValueError, r"interval must be an int in \[0, 10\] or 'auto' or "
+                                            "'adaptive', got 'fast'"),
+        (dict(interval=None), TypeError, "interval must be an int"),
+        (dict(staging_buffers=0), ValueError, "staging_buffers must be >= 1, got 0"),
+        (dict(transfers="sometimes"), ValueError, "transfers must be one of 'auto', 'background', "
+                                                  "'inline', got 'sometimes'"),
+        (dict(on_level2_error="ignore"), ValueError, "on_level2_error must be one of 'raise', "
+                                                     "'recompute', got 'ignore'"),
+        (dict(taping=0), TypeError, "taping must be True or False, got 0"),
+        (dict(fwd=object()), TypeError, "fwd_operator must have an apply"),
+        (dict(rev=lambda t: t), TypeError, "rev_operator must have an apply"),
+        (dict(storage=42), TypeError, "storage must be None or .dram. .* got int"),
+    ],
+)
+def test_bad_arguments(kwargs: dict, error: type, message: str) -> None:
+    """Each names the value and what is accepted, and is a CheckpointError as well as the
+    built-in error a caller would catch."""
+    n = kwargs.pop("n", 10)
+    with pytest.raises(error, match=message) as raised:
+        make(n, **kwargs)
+    assert isinstance(raised.value, CheckpointError)
+
+
+def test_storage_path_that_is_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "not-a-dir"
+    target.write_text("")
+    with pytest.raises(ValueError, match="is not a directory"):
+        make(storage=target)
+
+
+def test_storage_path_that_cannot_be_created() -> None:
+    with pytest.raises(ValueError, match="cannot be created"):
+        make(storage="/proc/no/such/place")
+
+
+class Incomplete:
+    size = 10
+    dtype = np.float64
+
+    def get_data(self, t: int) -> list[np.ndarray]:
+        return [np.zeros(10)]
+
+
+def test_descriptor_missing_methods() -> None:
+    with pytest.raises(TypeError, match="lacks get_data_location"):
+        make(checkpoint=Incomplete())
+    with pytest.raises(TypeError, match="lacks size, dtype"):
+        make(checkpoint=object())
+
+
+class Mismatched(Incomplete):
+    def __init__(self, arrays: list[np.ndarray], size: int = 10, dtype: type = np.float64) -> None:
+        self.arrays, self.size, self.dtype = arrays, size, dtype
+
+    def get_data(self, t: int) -> list[np.ndarray]:
+        return self.arrays
+
+    def get_data_location(self, t: int) -> list[np.ndarray]:
+        return self.arrays
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "error", "message"),
+    [
+        (Mismatched([np.zeros(11)]), ValueError, "holds 88 bytes, more than the checkpoint "
+                                                 "declares: 80"),
+        (Mismatched([np.zeros(10, np.float32)]), TypeError, "dtype float32, the checkpoint declares float64"),
+        (Mismatched([[0.0] * 10]), TypeError, r"get_data\(0\)\[0\] is a list, expected numpy.ndarray"),
+        (Mismatched([np.zeros(10)], size=0), ValueError, "checkpoint.size must be a positive int, got 0"),
+        (Mismatched([np.zeros(10)], dtype="not-a-dtype"), TypeError, "is not a numpy dtype"),
+    ],
+)
+def test_descriptor_arrays_disagree(checkpoint: object, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        make(checkpoint=checkpoint)
+
+
+def test_array_checkpoint_validation() -> None:
+    with pytest.raises(ValueError, match="at least one array"):
+        ArrayCheckpoint([])
+    with pytest.raises(TypeError, match="share one dtype"):
+        ArrayCheckpoint([np.zeros(2), np.zeros(2, np.float32)])
+    with pytest.raises(TypeError, match=r"arrays\[1\] must be a numpy.ndarray"):
+        ArrayCheckpoint([np.zeros(2), [1.0]])
+
+
+def test_non_contiguous_arrays_are_copied_correctly() -> None:
+    n = 12
+    base = np.zeros((6, 8))
+    view = base[::2, 1::3]  # not contiguous
+    seen: list[bytes] = []
+
+    class Fwd:
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            for t in range(t_start, t_end):
+                view[...] = view * 0.5 + t
+
+    class Rev:
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            seen.append(view.tobytes())
+
+    expected = []
+    for t in range(n):
+        Fwd().apply(t_start=t, t_end=t + 1)
+        expected.append(view.tobytes())
+    base[...] = 0
+    with AsyncCheckpointer(ArrayCheckpoint([view]), Fwd(), Rev(), n, l1_slots=2, interval=3) as ckp:
+        ckp.apply_forward()
+        ckp.apply_reverse()
+    assert seen == expected[::-1]
+
+
+def test_reverse_before_forward_and_after_close() -> None:
+    ckp = make()
+    with pytest.raises(UsageError, match="needs a completed apply_forward"):
+        ckp.apply_reverse()
+    ckp.close()
+    with pytest.raises(UsageError, match="closed"):
+        ckp.apply_forward()
+    with pytest.raises(ValueError, match="closed"):  # as before the hierarchy
+        ckp.apply_reverse()
+    ckp.close()  # twice is fine
+
+
+def test_one_base_catches_every_library_error() -> None:
+    import asyncckpt
+
+    errors = [getattr(asyncckpt, name) for name in asyncckpt.__all__ if name.endswith("Error")]
+    assert len(errors) == 12
+    for error in errors:
+        assert issubclass(error, asyncckpt.CheckpointError), error
+    for error, builtin in [("InvalidValueError", ValueError), ("InvalidTypeError", TypeError),
+                           ("ScheduleError", ValueError), ("UsageError", ValueError),
+                           ("StorageKeyError", KeyError), ("MemoryBudgetError", MemoryError)]:
+        assert issubclass(getattr(asyncckpt, error), builtin), error
+
+
+def test_a_prefetch_beyond_the_buffers_is_a_schedule_error() -> None:
+    """A schedule that prefetches more states than there are buffers is refused on the
+    caller's thread, naming the state and the buffers in use, with no read started."""
+    from asyncckpt import HostMemoryStorage
+    from asyncckpt._execution.engine import TransferEngine
+
+    with HostMemoryStorage() as storage:
+        engine = TransferEngine(storage, 64, staging_buffers=1, prefetch_buffers=1,
+                                io_threads=1, verify=True, on_error="raise")
+        try:
+            state = [np.arange(8, dtype=np.float64)]
+            engine.store(0, state)
+            engine.store(1, state)
+            engine.prefetch(1)
+            with pytest.raises(ScheduleError, match=r"prefetch of u_0: every prefetch buffer is "
+                                                    r"in use \(holding \[1\]\)"):
+                engine.prefetch(0)
+            assert engine.counters.reads == 1
+        finally:
+            engine.close()
