@@ -2,6 +2,7 @@
 backpropagation matches finite differences, nothing grows with n, and the runner runs."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -16,6 +17,11 @@ from experiments.lstm.model import LSTM
 from conftest import ROOT
 
 CORPUS = load_corpus()
+
+#: the methods that run pyrevolve itself, the baseline (the 'experiments' extra installs it)
+PYREVOLVE = ("store-all", "revolve")
+needs_pyrevolve = pytest.mark.skipif(importlib.util.find_spec("pyrevolve") is None,
+                                     reason="needs the 'experiments' extra (pyrevolve)")
 
 
 def gradients(method: str, n: int, kernels: str, level2_dir: Path, **kwargs) -> np.ndarray:
@@ -32,12 +38,23 @@ def gradients(method: str, n: int, kernels: str, level2_dir: Path, **kwargs) -> 
 def test_every_method_equals_backprop_bit_for_bit(kernels: str, n: int, disk_dir: Path) -> None:
     reference = gradients("backprop", n, kernels, disk_dir)
     assert np.isfinite(reference).all() and np.abs(reference).sum() > 0
-    for method in (m for m in METHODS if m not in TORCH):
+    for method in (m for m in METHODS if m not in TORCH + PYREVOLVE):
         got = gradients(method, n, kernels, disk_dir)
         assert got.tobytes() == reference.tobytes(), method
     for interval in (1, 5, n):
         got = gradients("async-dram", n, kernels, disk_dir, interval=min(interval, n))
         assert got.tobytes() == reference.tobytes()
+
+
+@needs_pyrevolve
+@pytest.mark.parametrize("kernels", ["numpy", "numba"])
+@pytest.mark.parametrize("n", [1, 2, 17, 60])
+def test_pyrevolves_methods_equal_backprop_bit_for_bit(kernels: str, n: int,
+                                                        disk_dir: Path) -> None:
+    reference = gradients("backprop", n, kernels, disk_dir)
+    for method in PYREVOLVE:
+        got = gradients(method, n, kernels, disk_dir)
+        assert got.tobytes() == reference.tobytes(), method
 
 
 @pytest.mark.parametrize("n", [1, 2, 17, 60])
@@ -122,6 +139,9 @@ def test_nothing_in_the_model_grows_with_n() -> None:
 
 @pytest.mark.timeout(300)
 def test_runner_writes_results_figures_and_a_table(tmp_path: Path) -> None:
+    for extra, module in (("experiments", "matplotlib"), ("experiments", "pyrevolve"),
+                          ("torch", "torch")):
+        pytest.importorskip(module, reason=f"needs the '{extra}' extra ({module})")
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "experiments.lstm", "--lengths", "8", "16", "--repeats", "1",

@@ -2,6 +2,7 @@
 gradients for lossless codecs, error within the bound for lossy ones, corruption caught."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import time
@@ -22,6 +23,12 @@ from asyncckpt.storage import CompressedStorage, FileStorage, HostMemoryStorage,
 from asyncckpt.testing import StorageTests
 from workloads import (Forward, Leapfrog, Pyramid, RecurrentCell, Reverse, forward_reverse,
                        store_all_reference)
+
+#: what each codec needs: the 'compression' extra (blosc2 for lz4, zstd and blosc; zfpy for zfp)
+needs_blosc = pytest.mark.skipif(importlib.util.find_spec("blosc2") is None,
+                                 reason="needs the 'compression' extra (blosc2)")
+needs_zfp = pytest.mark.skipif(importlib.util.find_spec("zfpy") is None,
+                               reason="needs the 'compression' extra (zfpy)")
 
 LOSSLESS = ["lz4", "zstd", {"codec": "blosc", "cname": "zstd", "clevel": 5, "shuffle": "bit"}]
 
@@ -45,6 +52,7 @@ def same_bits(got: list[np.ndarray], want: list[np.ndarray]) -> bool:
     return all(a.tobytes() == b.tobytes() for a, b in zip(got, want))
 
 
+@needs_blosc
 @pytest.mark.parametrize("kind", ["dram", "disk", "tmpfs", "dram+disk"])
 @pytest.mark.parametrize("codec", LOSSLESS, ids=["lz4", "zstd", "zstd5-bit"])
 @pytest.mark.parametrize("make", [wavefront, RecurrentCell, Pyramid],
@@ -67,6 +75,7 @@ def test_lossless_codecs_give_store_all_gradients_bit_for_bit(make, codec, kind:
                 assert stats.compression_ratio > 4, stats.compression_ratio
 
 
+@needs_zfp
 @pytest.mark.parametrize("kind", ["dram", "disk", "dram+disk"])
 @pytest.mark.parametrize("tolerance", [1e-2, 1e-5])
 def test_zfp_keeps_every_element_within_its_tolerance_through_every_tier(
@@ -89,6 +98,7 @@ def test_zfp_keeps_every_element_within_its_tolerance_through_every_tier(
     storage.close()
 
 
+@needs_zfp
 def test_zfp_gradients_approach_store_alls_as_the_tolerance_shrinks() -> None:
     n = 30
     model = RecurrentCell(n, batch=8, hidden=16)
@@ -104,6 +114,7 @@ def test_zfp_gradients_approach_store_alls_as_the_tolerance_shrinks() -> None:
     assert errors[2] < 1e-6, errors
 
 
+@needs_blosc
 def test_a_budget_holds_more_compressed_states_in_dram_and_never_more_bytes(
         tmp_path: Path) -> None:
     """Room in DRAM for 4 full states: compressed, every Level-2 state of the run fits there,
@@ -132,6 +143,7 @@ def test_a_budget_holds_more_compressed_states_in_dram_and_never_more_bytes(
         assert max(held) <= 4 * state, (max(held), 4 * state)
 
 
+@needs_blosc
 def test_the_budget_counts_the_codecs_buffer(tmp_path: Path) -> None:
     model = wavefront(20)
     state = padded(check_descriptor(model))
@@ -143,6 +155,7 @@ def test_the_budget_counts_the_codecs_buffer(tmp_path: Path) -> None:
         assert compressed.plan.capacities[0] == 3
 
 
+@needs_blosc
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_a_damaged_compressed_record_is_a_corruption_error(damage: str) -> None:
     inner = HostMemoryStorage()
@@ -221,6 +234,7 @@ def test_a_corrupted_read_is_recomputed_under_the_recompute_policy() -> None:
     level2.close()
 
 
+@needs_blosc
 def test_incompressible_states_are_stored_as_they_are() -> None:
     model = RecurrentCell(20, batch=16, hidden=32)  # random doubles: no codec shrinks them
     with AsyncCheckpointer(model, Forward(model), Reverse(model), 20, l1_slots=1, interval=2,
@@ -302,17 +316,20 @@ def test_importing_asyncckpt_imports_no_codec_package() -> None:
 
 
 @pytest.mark.parametrize("text, spec", [
-    ("lz4", "lz4"),
-    ("zfp:tolerance=1e-6", {"codec": "zfp", "tolerance": 1e-6}),
-    ("blosc:cname=zstd,clevel=3,shuffle=bit", {"codec": "blosc", "cname": "zstd", "clevel": 3,
-                                               "shuffle": "bit"}),
-    ("blosc:shuffle=none", {"codec": "blosc", "shuffle": None}),
+    pytest.param("lz4", "lz4", marks=needs_blosc),
+    pytest.param("zfp:tolerance=1e-6", {"codec": "zfp", "tolerance": 1e-6}, marks=needs_zfp),
+    pytest.param("blosc:cname=zstd,clevel=3,shuffle=bit",
+                 {"codec": "blosc", "cname": "zstd", "clevel": 3, "shuffle": "bit"},
+                 marks=needs_blosc),
+    pytest.param("blosc:shuffle=none", {"codec": "blosc", "shuffle": None}, marks=needs_blosc),
 ])
 def test_compression_parses_from_text(text: str, spec: object) -> None:
     assert parse_compression("ASYNCCKPT_COMPRESSION", text) == spec
     assert make_codec(spec, np.float32) is not None
 
 
+@needs_blosc
+@needs_zfp
 def test_codec_configs_rebuild_the_codec() -> None:
     for codec in (make_codec("zstd", np.float64),
                   make_codec({"codec": "zfp", "rate": 8.0}, np.float32)):
@@ -323,11 +340,13 @@ def test_codec_configs_rebuild_the_codec() -> None:
     assert isinstance(make_codec({"codec": "zfp", "precision": 20}, np.float64), ZfpCodec)
 
 
+@needs_blosc
 class TestCompressedDram(StorageTests):
     def make_storage(self, tmp_path: Path) -> CompressedStorage:
         return CompressedStorage(HostMemoryStorage(), make_codec("lz4", np.uint8))
 
 
+@needs_blosc
 class TestCompressedTiers(StorageTests):
     def make_storage(self, tmp_path: Path) -> CompressedStorage:
         return CompressedStorage(TieredStorage([HostMemoryStorage(), FileStorage(tmp_path)],
@@ -336,8 +355,8 @@ class TestCompressedTiers(StorageTests):
 
 @pytest.mark.parametrize("params, lossless", [
     ({"scheme": None}, None),
-    ({"scheme": "blosc", "chunk_size": 1000000}, True),
-    ({"scheme": "zfp", "tolerance": 1e-9, "parallel": True}, False),
+    pytest.param({"scheme": "blosc", "chunk_size": 1000000}, True, marks=needs_blosc),
+    pytest.param({"scheme": "zfp", "tolerance": 1e-9, "parallel": True}, False, marks=needs_zfp),
 ])
 def test_compat_takes_pyrevolves_compression_params(params: dict, lossless: bool | None) -> None:
     from asyncckpt.compat import Revolver
@@ -365,6 +384,7 @@ def test_compat_takes_pyrevolves_compression_params(params: dict, lossless: bool
             assert np.linalg.norm(a - b) <= 1e-5 * np.linalg.norm(b)
 
 
+@needs_blosc
 def test_compat_takes_pyrevolves_custom_pair_and_the_environment(monkeypatch) -> None:
     import zlib
 
@@ -399,6 +419,7 @@ def test_compat_takes_pyrevolves_custom_pair_and_the_environment(monkeypatch) ->
                  compression_params={"scheme": "lzma"})
 
 
+@needs_blosc
 def test_states_of_many_compressed_sizes_leave_no_more_dram_than_was_stored_at_once() -> None:
     """A wave filling its grid: every state compresses to another size. Two runs of storing
     20 and deleting them: the DRAM held never exceeds what the 20 stored took."""
@@ -453,6 +474,7 @@ def auto_runs(model: Any, storage: Any, runs: int) -> list[Any]:
     return stats
 
 
+@needs_blosc
 def test_auto_compresses_once_it_has_seen_states_shrink_and_level2_is_slow(
         tmp_path: Path) -> None:
     # 512 KiB states, nearly all zeros, to a device of 20 MB/s: 26 ms per state uncompressed
@@ -468,6 +490,7 @@ def test_auto_compresses_once_it_has_seen_states_shrink_and_level2_is_slow(
     assert second.calibration["codec"]["stored"] < 0.2
 
 
+@needs_blosc
 def test_auto_declines_where_states_do_not_shrink_and_level2_is_dram() -> None:
     runs = auto_runs(Leapfrog(60, points=1 << 15), None, 3)
     for stats in runs:
@@ -476,6 +499,7 @@ def test_auto_declines_where_states_do_not_shrink_and_level2_is_dram() -> None:
     assert runs[-1].calibration["codec"]["stored"] > 0.9
 
 
+@needs_blosc
 def test_auto_samples_a_long_run_it_declines_on_a_few_states_spread_over_it() -> None:
     # each sample costs a compression beside the compute: a run that moves many states
     # samples about SAMPLES_PER_RUN of them, not every SAMPLE_EVERY-th
@@ -493,6 +517,8 @@ def test_auto_compression_needs_the_models_interval() -> None:
                           compression="auto")
 
 
+@needs_blosc
+@needs_blosc
 def test_a_compressed_storage_can_run_its_codec_on_every_kth_state() -> None:
     storage = CompressedStorage(HostMemoryStorage(), make_codec("lz4", np.float32))
     storage.compress_every = 3
