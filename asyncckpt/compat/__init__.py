@@ -30,8 +30,9 @@ The rest of pyrevolve's surface, for programs that use more than ``Revolver``:
 ``SingleLevelRevolver``, ``MemoryRevolver`` and ``DiskRevolver`` (Revolve in one storage, where
 pyrevolve stores), ``MultiLevelRevolver`` (H-Revolve over a storage list), the storages
 ``NumpyStorage``, ``DiskStorage`` and ``BytesStorage`` (:mod:`asyncckpt.compat.storage`),
-compression (:mod:`asyncckpt.compat.compression`) and ``Profiler``. To run a program written for
-pyrevolve unchanged, :func:`install` (or ``python -m asyncckpt.compat PROGRAM [ARGS]``) makes
+compression (:mod:`asyncckpt.compat.compression`), ``Profiler``, and the classic
+action-by-action Revolve (:mod:`asyncckpt.compat.crevolve`: ``CRevolve``, ``Action``,
+``adjust``). To run a program written for pyrevolve unchanged, :func:`install` (or ``python -m asyncckpt.compat PROGRAM [ARGS]``) makes
 ``import pyrevolve`` give this package.
 
 """
@@ -42,10 +43,12 @@ from ._levels import DiskRevolver, MemoryRevolver, MultiLevelRevolver, SingleLev
 from ._revolver import (Checkpoint, Operator, Revolver, choose_l1_slots,
                         compression_from_pyrevolve, default_budget, taping_from_environment)
 from .compression import CompressedObject
+from .crevolve import Action, CRevolve, RevolveError, adjust, expense, maxrange, numforw
 from .profiling import Profiler
 from .storage import BytesStorage, DiskStorage, NumpyStorage
 
 __all__ = ["Revolver", "SingleLevelRevolver", "MemoryRevolver", "DiskRevolver",
            "MultiLevelRevolver", "Operator", "Checkpoint", "CompressedObject", "NumpyStorage",
            "DiskStorage", "BytesStorage", "Profiler", "install", "uninstall", "choose_l1_slots",
-           "compression_from_pyrevolve", "default_budget", "taping_from_environment"]
+           "compression_from_pyrevolve", "default_budget", "taping_from_environment",
+           "Action", "CRevolve", "RevolveError", "adjust", "expense", "maxrange", "numforw"]

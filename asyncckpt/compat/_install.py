@@ -1,6 +1,6 @@
 """The switch that runs programs written for pyrevolve on asyncckpt, unedited: after
 :func:`install`, ``import pyrevolve`` (and its submodules ``storage``, ``compression``,
-``profiling``, ``pyrevolve``) gives :mod:`asyncckpt.compat`."""
+``profiling``, ``crevolve``, ``pyrevolve``) gives :mod:`asyncckpt.compat`."""
 from __future__ import annotations
 
 import importlib
@@ -17,6 +17,7 @@ ALIASES = {
     "pyrevolve.storage": "asyncckpt.compat.storage",
     "pyrevolve.compression": "asyncckpt.compat.compression",
     "pyrevolve.profiling": "asyncckpt.compat.profiling",
+    "pyrevolve.crevolve": "asyncckpt.compat.crevolve",
 }
 
 _displaced: dict[str, ModuleType] = {}

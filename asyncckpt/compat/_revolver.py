@@ -19,6 +19,7 @@ from ..compression import CustomCodec, parse_compression
 from ..errors import InvalidValueError, UsageError
 from ..stats import Stats
 from ..storage import Storage
+from ._declared import Settling, declared_dtype
 from .compression import CompressedObject
 from .profiling import Profiler
 
@@ -149,15 +150,25 @@ class Revolver:
     @property
     def checkpointer(self) -> AsyncCheckpointer:
         """The :class:`~asyncckpt.AsyncCheckpointer` that runs it, built on first use."""
-        return self._build(checkpoint=self.checkpoint)
+        return self._build(running=False)
 
-    def _build(self, checkpoint: Any) -> AsyncCheckpointer:
+    def _build(self, *, running: bool) -> AsyncCheckpointer:
+        """The checkpointer, built now if not yet; ``running``: for the forward sweep about to
+        begin, which stores u_0 as the build saw it."""
         if self._checkpointer is None:
             if self._closed:
                 raise UsageError("the Revolver is closed")
-            self._checkpointer = AsyncCheckpointer(
-                checkpoint, self.fwd_operator, self.rev_operator, self.n_timesteps,
-                **self._arguments)
+            first = _FirstStateOnce(self.checkpoint)
+            checkpoint: Any = first
+            fwd, rev = self.fwd_operator, self.rev_operator
+            declared = declared_dtype(first, first.peek())
+            if declared is not None:
+                checkpoint = declared
+                fwd, rev = Settling(fwd, declared), Settling(rev, declared)
+            self._checkpointer = AsyncCheckpointer(checkpoint, fwd, rev, self.n_timesteps,
+                                                   **self._arguments)
+            if not running:  # the run comes later: u_0 is asked for again then
+                first.forget()
         return self._checkpointer
 
     @property
@@ -170,9 +181,7 @@ class Revolver:
         ``n_timesteps=None``, where the sweep ends (see
         :meth:`AsyncCheckpointer.apply_forward`)."""
         with self.profiler.get_timer("forward", "apply_forward"):
-            if self._checkpointer is None:  # built here, u_0 is stored as the build saw it
-                self._build(checkpoint=_FirstStateOnce(self.checkpoint))
-            self.checkpointer.apply_forward(stop)
+            self._build(running=True).apply_forward(stop)
 
     def apply_reverse(self) -> None:
         """The reverse sweep: the adjoint of steps n-1 down to 0."""
@@ -225,27 +234,38 @@ class Revolver:
 
 
 class _FirstStateOnce:
-    """``checkpoint``, whose ``get_data(0)`` the engine's build calls and the first store of u_0
-    then reuses (nothing runs between them), so that ``get_data`` runs once per state stored,
-    as in pyrevolve."""
+    """``checkpoint``, whose u_0 the build asks for and the first store of u_0 then reuses
+    (nothing runs between them), so that ``get_data`` runs once per state stored, as in
+    pyrevolve."""
 
     def __init__(self, checkpoint: Any) -> None:
         self._checkpoint = checkpoint
         self.size, self.dtype = checkpoint.size, checkpoint.dtype
-        self._building = True
         self._kept: Any = None
+        self._reuses = 0
+
+    def peek(self) -> Any:
+        """u_0's arrays, asked for once: the build's check and the store of u_0 reuse them."""
+        if self._kept is None:
+            self._kept, self._reuses = self._checkpoint.get_data(0), 2
+        return self._kept
+
+    def forget(self) -> None:
+        """Ask for u_0 anew at its store."""
+        self._kept, self._reuses = None, 0
 
     def get_data(self, timestep: int) -> Any:
-        kept, self._kept = self._kept, None
-        if kept is not None and timestep == 0:
+        if timestep == 0 and self._reuses:
+            self._reuses -= 1
+            kept = self._kept
+            if not self._reuses:
+                self.forget()
             return kept
-        data = self._checkpoint.get_data(timestep)
-        if self._building:
-            self._building, self._kept = False, data
-        return data
+        self.forget()
+        return self._checkpoint.get_data(timestep)
 
     def get_data_location(self, timestep: int) -> Any:
-        self._building, self._kept = False, None
+        self.forget()
         return self._checkpoint.get_data_location(timestep)
 
 
