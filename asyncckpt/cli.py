@@ -73,6 +73,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"tw = {costs.tw:g} s, tr = {costs.tr:g} s (forward steps validated by simulate())")
     print(_table(rows, ["strategy", "interval", "forward steps", "F/n", "predicted s",
                         "vs store-all"]))
+    if costs.tw == 0 and costs.tr == 0:
+        print("tw = tr = 0 (the defaults): Level-2 transfers cost nothing here, so the shortest "
+              "interval\nwins; give --tw and --tr, or measure them with "
+              "'python -m asyncckpt tune'")
     best = choose_interval(n, slots, costs)
     print(f"best interval by the model: {best.interval} "
           f"({best.prediction.total_s / store_all.total_s:.3f} x store-all, "
@@ -175,8 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--tf", type=_seconds, default=1.0, help="seconds per forward step (default 1)")
     sim.add_argument("--tb", type=_seconds, default=2.0,
                      help="seconds per reverse step, its taping step included (default 2)")
-    sim.add_argument("--tw", type=_seconds, default=0.0, help="seconds to write a state to Level-2")
-    sim.add_argument("--tr", type=_seconds, default=0.0, help="seconds to read a state back")
+    sim.add_argument("--tw", type=_seconds, default=0.0,
+                     help="seconds to write a state to Level-2 (default 0: free, so every "
+                          "interval hides its transfers; 'tune' measures a device)")
+    sim.add_argument("--tr", type=_seconds, default=0.0,
+                     help="seconds to read a state back (default 0, as --tw)")
     sim.set_defaults(func=cmd_simulate)
 
     tune = sub.add_parser("tune", help="measure a Level-2 device and recommend an interval",

@@ -20,12 +20,18 @@ from schedules.model import Costs, predict_async_multistage, predict_revolve, pr
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/figure3.png"))
-    parser.add_argument("--tf", type=float, default=1.0, help="seconds per forward step")
-    parser.add_argument("--tb", type=float, default=2.0, help="seconds per reverse step")
+    parser.add_argument("--out", type=Path, default=Path("results/figure3.png"),
+                        help="where the figure goes (default results/figure3.png, under the "
+                             "current directory)")
+    parser.add_argument("--tf", type=float, default=1.0,
+                        help="seconds per forward step (default 1)")
+    parser.add_argument("--tb", type=float, default=2.0,
+                        help="seconds per reverse step (default 2)")
     parser.add_argument("--slots", type=int, default=10, help="Level-1 slots s (default 10)")
-    parser.add_argument("--intervals", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--n-max", type=int, default=100000)
+    parser.add_argument("--intervals", type=int, nargs="+", default=[10, 100, 1000],
+                        help="intervals I to draw (default 10 100 1000)")
+    parser.add_argument("--n-max", type=int, default=100000,
+                        help="the longest run drawn (default 100000)")
     parser.add_argument("--measured", type=Path, help="JSON of measured points to overlay")
     args = parser.parse_args(argv)
 

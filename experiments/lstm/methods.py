@@ -20,6 +20,8 @@ METHODS = {
     "backprop": "standard backpropagation, every activation stored",
     "store-all": "pyrevolve Revolver with n - 1 slots (store-all under the checkpointing protocol)",
     "revolve": "pyrevolve Revolver (Revolve) with s Level-1 slots",
+    "revolve-budget": f"pyrevolve Revolver with as many slots as memory_budget={BUDGET!r} holds "
+                      "(async-budget's bytes: the two at equal memory)",
     "async-dram": "asyncckpt, Level-2 in host DRAM",
     "async-tmpfs": "asyncckpt, Level-2 on tmpfs (/dev/shm)",
     "async-disk": "asyncckpt, Level-2 on the disk",
@@ -80,6 +82,13 @@ def _revolve(model: LSTM, slots: int, **_: Any) -> dict[str, Any]:
     if model.n_steps == 1:
         return _backprop(model)
     return _pyrevolve(model, min(slots, model.n_steps - 1))
+
+
+def _revolve_budget(model: LSTM, **_: Any) -> dict[str, Any]:
+    from asyncckpt.planning import parse_bytes
+
+    slots = max(1, parse_bytes("budget", BUDGET) // model.nbytes)
+    return {**_revolve(model, slots), "slots": min(slots, max(model.n_steps - 1, 1))}
 
 
 def _store_all(model: LSTM, **_: Any) -> dict[str, Any]:
@@ -147,6 +156,7 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "backprop": _backprop,
     "store-all": _store_all,
     "revolve": _revolve,
+    "revolve-budget": _revolve_budget,
     "async-dram": _asyncckpt(lambda d: None),
     "async-tmpfs": _asyncckpt(lambda d: "/dev/shm"),
     "async-disk": _asyncckpt(lambda d: d),
@@ -160,7 +170,8 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
 
 #: methods that run with the model on a device (pyrevolve copies states with numpy; the torch
 #: methods run on the host)
-ON_DEVICE = tuple(m for m in METHODS if m not in ("store-all", "revolve") + TORCH)
+ON_DEVICE = tuple(m for m in METHODS if m not in ("store-all", "revolve", "revolve-budget")
+                  + TORCH)
 
 
 def torch_available() -> bool:

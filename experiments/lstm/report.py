@@ -5,7 +5,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["table", "goals", "figures"]
+__all__ = ["table", "figures", "gradients_line"]
 
 MiB = 2**20
 ASYNC = ("async-dram", "async-tmpfs", "async-disk", "async-taping-free", "async-budget")
@@ -33,126 +33,151 @@ def working_memory(result: dict[str, Any]) -> float:
     return rss - result.get("level2_bytes", 0) if result["method"] in IN_PROCESS_LEVEL2 else rss
 
 
+#: methods by family, for tables and figure panels with a few lines each
+GROUPS = {
+    "numpy baselines": ("backprop", "store-all", "revolve", "revolve-budget"),
+    "asyncckpt": ASYNC,
+    "PyTorch": TORCH,
+}
+#: the pairs held at equal memory: pyrevolve, then asyncckpt with the same bytes (Level-1 for
+#: the first pair; the whole budget, Level-2 included, for the second)
+AT_EQUAL_MEMORY = (("revolve", "async-disk"), ("revolve-budget", "async-budget"))
+
+
+def _rows(header: list[str], rows: list[list[str]], text_columns: int = 1) -> list[str]:
+    """``rows`` under ``header``, the first column and the last ``text_columns - 1`` left
+    aligned, the numbers right aligned."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    trailing = text_columns - 1
+    align = ([str.ljust] + [str.rjust] * (len(header) - 1 - trailing)
+             + [str.ljust] * trailing)
+    return ["  " + "  ".join(f(c, w) for f, c, w in zip(align, r, widths)).rstrip()
+            for r in [header, *rows]]
+
+
+def gradients_line(results: list[dict[str, Any]]) -> str:
+    """Whether every method's gradients equal its family's reference bit for bit at each n."""
+    hashes: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for r in results:
+        hashes[(_family(r["method"]), r["n"])].add(r["gradient_xxh3"])
+    verdict = {}
+    for (family, _), found in hashes.items():
+        verdict[family] = verdict.get(family, True) and len(found) == 1
+    names = {"numpy": "numpy = backprop", "torch": "torch = torch-backprop"}
+    return "gradients bit for bit at every n: " + "; ".join(
+        f"{names[f]}: {'yes' if ok else 'NO'}" for f, ok in sorted(verdict.items()))
+
+
 def table(results: list[dict[str, Any]]) -> str:
-    """One row per length: per method time (s), peak RSS (MiB) and recompute factor; and whether
-    every method's gradients equal backprop's bit for bit (the torch methods: torch-backprop's)."""
-    methods = list(dict.fromkeys(r["method"] for r in results))
-    by = _by_method(results)
-    lengths = sorted({r["n"] for r in results})
-    header = ["n"] + [f"{m} s / MiB / rf" for m in methods] + ["grads equal"]
-    rows = []
-    for n in lengths:
-        row = [str(n)]
-        hashes: dict[str, set[str]] = defaultdict(set)
-        for m in methods:
-            r = by[m].get(n)
-            if r is None:
-                row.append("-")
-                continue
-            hashes[_family(m)].add(r["gradient_xxh3"])
-            row.append(f"{r['time_s']:.3f} / {r['peak_rss_bytes'] / MiB:.0f} / "
-                       f"{r['recompute_factor']:.2f}")
-        distinct = {family: len(h) for family, h in hashes.items()}
-        row.append("yes" if set(distinct.values()) == {1} else "NO (" + ", ".join(
-            f"{family}: {count} distinct" for family, count in distinct.items()) + ")")
-        rows.append(row)
-    widths = [max(len(x[i]) for x in rows + [header]) for i in range(len(header))]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
-    return "\n".join(lines)
-
-
-def goals(results: list[dict[str, Any]]) -> str:
-    """The issue's goals, computed from the results (ratios, no thresholds hidden)."""
+    """The report: three short tables, one per question (how much time, how much memory,
+    against pyrevolve at equal memory), each under 100 columns; the full table is the CSV."""
     by = _by_method(results)
     lengths = sorted({r["n"] for r in results})
     lo, hi = lengths[0], lengths[-1]
-    lines = [f"memory, peak RSS at n = {hi} / at n = {lo} ({hi // lo}x range; goal <= 1.05 "
-             "for asyncckpt; async-dram and async-taping-free less their DRAM Level-2 bytes, "
-             "async-budget with everything it holds):"]
-    for m in by:
-        if lo in by[m] and hi in by[m]:
-            ratio = working_memory(by[m][hi]) / working_memory(by[m][lo])
-            lines.append(f"  {m:12s} {ratio:6.3f}")
-
-    def time_ratios(title: str, baseline: str, baseline_on_top: bool = False,
-                    methods: tuple[str, ...] = ASYNC) -> None:
-        pairs = [(m, by[m][hi]["time_s"], by[baseline][hi]["time_s"]) for m in methods
-                 if hi in by.get(m, {}) and hi in by.get(baseline, {})]
-        if pairs:
-            lines.append(f"time at n = {hi}, {title}:")
-            lines.extend(f"  {m:12s} {(b / a if baseline_on_top else a / b):6.3f}"
-                         for m, a, b in pairs)
-
-    on_device = [m for m in by if by[m].get(hi, {}).get("device", "cpu") != "cpu"]
+    first = results[0]
+    lines = [f"LSTM, one forward+backward pass: hidden {first['hidden']}, batch "
+             f"{first['batch']}, {first['slots']} Level-1 slots, n = {lo} to {hi}",
+             gradients_line(results), "",
+             f"How much time? At n = {hi}, over standard backpropagation (lower is better)"]
+    reference = {"numpy": by.get("backprop", {}).get(hi), "torch": by.get("torch-backprop",
+                                                                         {}).get(hi)}
+    rows = []
+    for group, methods in GROUPS.items():
+        for m in methods:
+            r = by.get(m, {}).get(hi)
+            if r is None:
+                continue
+            base = reference[_family(m)]
+            over = f"{r['time_s'] / base['time_s']:.2f}" if base else "-"
+            rows.append([m, f"{r['time_s']:.3f}", over, f"{r['recompute_factor']:.2f}", group])
+    lines += _rows(["method", "seconds", "/ backprop", "recompute", "family"], rows,
+                   text_columns=2)
+    lines += ["", "How much memory? Peak resident MiB at each n (flat in n is the promise; "
+                  "DRAM Level-2", "inside the process subtracted where it is unbounded)"]
+    rows = []
+    for methods in GROUPS.values():
+        for m in methods:
+            runs = by.get(m)
+            if not runs or lo not in runs or hi not in runs:
+                continue
+            rows.append([m] + [f"{working_memory(runs[n]) / MiB:.0f}" if n in runs else "-"
+                               for n in lengths]
+                        + [f"{working_memory(runs[hi]) / working_memory(runs[lo]):.2f}"])
+    lines += _rows(["method", *map(str, lengths), f"{hi} / {lo}"], rows)
+    on_device = [m for m in by if by[m].get(hi, {}).get("device", "cpu") != "cpu"
+                 and by[m].get(lo, {}).get("device_peak_bytes")]
     if on_device:
-        lines.append(f"device memory at its peak, n = {hi} / n = {lo} (asyncckpt: flat in n; "
-                     "backprop keeps every step's activations there):")
-        for m in on_device:
-            if lo in by[m] and by[m][lo].get("device_peak_bytes"):
-                ratio = by[m][hi]["device_peak_bytes"] / by[m][lo]["device_peak_bytes"]
-                lines.append(f"  {m:12s} {ratio:6.3f}  ({by[m][hi]['device_peak_bytes'] / MiB:.1f}"
-                             " MiB)")
-    time_ratios("asyncckpt / store-all under the same protocol (goal <= 1.05)", "store-all",
-                methods=ASYNC[:3])
-    time_ratios("asyncckpt / standard backpropagation (with taping, each reverse step re-runs "
-                "its forward step; taping-free, goal <= 1.10)", "backprop")
-    time_ratios("Revolve (pyrevolve) / asyncckpt (goal >= 1.5)", "revolve", baseline_on_top=True)
-    time_ratios("PyTorch, checkpointed / plain autograd (both run every step twice; "
-                "torch-scan within a budget, torch-checkpoint keeping every carry)",
-                "torch-backprop", methods=TORCH[1:])
+        lines += ["", "Device memory at its peak, MiB (asyncckpt flat in n; backprop keeps "
+                      "every step there)"]
+        lines += _rows(["method", *map(str, lengths)],
+                       [[m] + [f"{by[m][n]['device_peak_bytes'] / MiB:.1f}" if n in by[m]
+                               else "-" for n in lengths] for m in on_device])
+    pairs = [(a, b) for a, b in AT_EQUAL_MEMORY if a in by and b in by]
+    if pairs:
+        lines += ["", "Against pyrevolve at equal memory: pyrevolve seconds / asyncckpt seconds "
+                      "(higher is better)"]
+        rows = [[f"{a} / {b}"] + [f"{by[a][n]['time_s'] / by[b][n]['time_s']:.2f}"
+                                  if n in by[a] and n in by[b] else "-" for n in lengths]
+                for a, b in pairs]
+        lines += _rows(["pyrevolve / asyncckpt", *map(str, lengths)], rows)
+        lines.append("  (revolve and async-disk: the same Level-1 slots; revolve-budget and "
+                     "async-budget:")
+        lines.append("  the same memory_budget bytes, asyncckpt's Level-2 beyond it on disk)")
     return "\n".join(lines)
 
 
 def figures(results: list[dict[str, Any]], out: Path) -> list[Path]:
-    """Write Figure 4 (peak memory vs length) and Figure 5 (time and recompute factor vs
-    length) as PNG files; return their paths."""
+    """Write Figure 4 (peak memory against n) and Figure 5 (time against n) as PNG files, each
+    a row of panels, one per family of methods (:data:`GROUPS`), with backprop as the dashed
+    reference in every panel; return their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     by = _by_method(results)
-    style = {"backprop": "k-o", "store-all": "C7--s", "revolve": "C3-^", "async-dram": "C0-D",
-             "async-tmpfs": "C2-v", "async-disk": "C1-x", "async-taping-free": "C4-P",
-             "async-budget": "C5-*", "torch-backprop": "C8-o", "torch-checkpoint": "C9--s",
-             "torch-scan": "C6-h"}
+    groups = {name: [m for m in methods if m in by] for name, methods in GROUPS.items()}
+    groups = {name: methods for name, methods in groups.items() if methods}
+    reference = {"numpy": by.get("backprop"), "torch": by.get("torch-backprop")}
+    markers = "osD^vxP*h"
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for m, runs in by.items():
-        ns = sorted(runs)
-        ax.plot(ns, [runs[n]["peak_rss_bytes"] / MiB for n in ns], style.get(m, "-o"), label=m)
-        if m in IN_PROCESS_LEVEL2:
-            ax.plot(ns, [working_memory(runs[n]) / MiB for n in ns], style[m][:2] + ":",
-                    label=f"{m} less Level-2")
-    ax.set_xscale("log")
-    ax.set_xlabel("sequence length n (time steps)")
-    ax.set_ylabel("peak resident memory (MiB)")
-    ax.set_title("Fig. 4: peak memory of one forward+backward pass")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    memory_path = out / "fig4_memory.png"
-    fig.savefig(memory_path, dpi=120)
-    plt.close(fig)
+    def panels(value: Any, ylabel: str, title: str, path: Path, log_y: bool) -> Path:
+        fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 4.2), sharey=True,
+                                 squeeze=False)
+        for ax, (name, methods) in zip(axes[0], groups.items()):
+            family = _family(methods[0])
+            base = reference[family]
+            if base and methods[0] not in ("backprop", "torch-backprop"):
+                ns = sorted(base)
+                ax.plot(ns, [value(base[n]) for n in ns], "k--", lw=1,
+                        label="backprop" if family == "numpy" else "torch-backprop")
+            if name == "asyncckpt" and "revolve" in by:  # what the paper measures it against
+                ns = sorted(by["revolve"])
+                ax.plot(ns, [value(by["revolve"][n]) for n in ns], ":", color="0.4", lw=1.5,
+                        label="revolve (pyrevolve)")
+            for k, m in enumerate(methods):
+                ns = sorted(by[m])
+                ax.plot(ns, [value(by[m][n]) for n in ns], marker=markers[k % len(markers)],
+                        label=m)
+            ax.set_title(name)
+            ax.set_xscale("log")
+            if log_y:
+                ax.set_yscale("log")
+            ax.set_xlabel("sequence length n")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+        axes[0][0].set_ylabel(ylabel)
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for m, runs in by.items():
-        ns = sorted(runs)
-        left.plot(ns, [runs[n]["time_s"] for n in ns], style.get(m, "-o"), label=m)
-        right.plot(ns, [runs[n]["recompute_factor"] for n in ns], style.get(m, "-o"), label=m)
-    for ax, ylabel in ((left, "time, min of repetitions (s)"), (right, "recompute factor")):
-        ax.set_xscale("log")
-        ax.set_xlabel("sequence length n (time steps)")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-    left.set_yscale("log")
-    left.set_title("Fig. 5a: time of one forward+backward pass")
-    right.set_title("Fig. 5b: recompute factor (forward steps - n) / n")
-    right.legend(fontsize=8)
-    fig.tight_layout()
-    time_path = out / "fig5_time.png"
-    fig.savefig(time_path, dpi=120)
-    plt.close(fig)
-    return [memory_path, time_path]
+    memory = panels(lambda r: working_memory(r) / MiB,
+                    "peak resident memory (MiB; DRAM Level-2 subtracted)",
+                    "Fig. 4: peak memory of one forward+backward pass (lower and flatter is better)",
+                    out / "fig4_memory.png", log_y=False)
+    time = panels(lambda r: r["time_s"], "seconds (min of repetitions)",
+                  "Fig. 5: time of one forward+backward pass (lower is better)",
+                  out / "fig5_time.png", log_y=True)
+    return [memory, time]

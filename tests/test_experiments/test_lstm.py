@@ -19,7 +19,7 @@ from conftest import ROOT
 CORPUS = load_corpus()
 
 #: the methods that run pyrevolve itself, the baseline (the 'experiments' extra installs it)
-PYREVOLVE = ("store-all", "revolve")
+PYREVOLVE = ("store-all", "revolve", "revolve-budget")
 needs_pyrevolve = pytest.mark.skipif(importlib.util.find_spec("pyrevolve") is None,
                                      reason="needs the 'experiments' extra (pyrevolve)")
 
@@ -146,19 +146,25 @@ def test_runner_writes_results_figures_and_a_table(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "experiments.lstm", "--lengths", "8", "16", "--repeats", "1",
          "--hidden", "8", "--batch", "2", "--out", str(out), "--methods", "backprop", "revolve",
-         "async-dram", "async-disk", "torch-backprop", "torch-scan"],
+         "revolve-budget", "async-dram", "async-disk", "async-budget", "torch-backprop",
+         "torch-scan"],
         capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     results = json.loads((out / "results.json").read_text())
-    assert len(results) == 12
-    for family in (("backprop", "revolve", "async-dram", "async-disk"),
+    assert len(results) == 16
+    for family in (("backprop", "revolve", "revolve-budget", "async-dram", "async-disk",
+                    "async-budget"),
                    ("torch-backprop", "torch-scan")):
         assert len({r["gradient_xxh3"] for r in results
                     if r["n"] == 16 and r["method"] in family}) == 1
-    assert "torch-scan" in done.stdout and "checkpointed / plain autograd" in done.stdout
+    assert "torch-scan" in done.stdout and "How much time?" in done.stdout
+    assert "How much memory?" in done.stdout and "gradients bit for bit" in done.stdout
+    assert "revolve-budget / async-budget" in done.stdout  # pyrevolve at equal memory
+    # a person's terminal: every line fits 100 columns, but those naming the (long) output path
+    assert max(len(line) for line in done.stdout.splitlines() if str(out) not in line) <= 100
     assert (out / "fig4_memory.png").stat().st_size > 10000
     assert (out / "fig5_time.png").stat().st_size > 10000
-    assert "grads equal" in done.stdout and "NO" not in done.stdout
+    assert "numpy = backprop: yes" in done.stdout and "torch = torch-backprop: yes" in done.stdout
     assert [p.name for p in out.iterdir() if p.name.startswith("level2")] == []
 
 
