@@ -59,6 +59,10 @@ class ArrayCheckpoint(Checkpoint):
     """
 
     def __init__(self, arrays: Sequence[np.ndarray]) -> None:
+        if not isinstance(arrays, (list, tuple)):
+            raise InvalidTypeError(
+                f"ArrayCheckpoint takes a list of the arrays that make up a state, got a "
+                f"{type(arrays).__name__}; for one array write ArrayCheckpoint([array])")
         arrays = list(arrays)
         if not arrays:
             raise InvalidValueError("ArrayCheckpoint needs at least one array, got an empty sequence")

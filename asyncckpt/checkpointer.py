@@ -16,6 +16,7 @@ from typing import Any
 from schedules import AsyncMultistage, EndForward, EndReverse, OnlineMultistage, Revolve
 from schedules.actions import Action
 
+from ._execution.guard import CallGuard
 from ._execution.ranks import Ranks, ranks_of
 from ._planning.budget import DEFAULT_STAGING_BUFFERS
 from ._planning.build import Parts, build
@@ -108,7 +109,7 @@ class AsyncCheckpointer:
         keep_trace: bool = False, comm: Any = None,
     ) -> None:
         self._closed = True  # until construction succeeds
-        self._parts: Parts
+        self._calls = CallGuard()
         self.nbytes = check_descriptor(checkpoint)
         check_operator(fwd_operator=fwd_operator, rev_operator=rev_operator)
         self.checkpoint, self.dtype = checkpoint, as_dtype(checkpoint.dtype)
@@ -125,12 +126,9 @@ class AsyncCheckpointer:
         #: the ranks the plan is agreed on: one process, or every rank of ``comm``
         self.ranks: Ranks = ranks_of(comm)
         self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
-        try:
-            parts = self._parts = build(checkpoint, fwd_operator, rev_operator, self.nbytes,
-                                        self.dtype, options, self.ranks, storage)
-        except BaseException:
-            self.ranks.free()
-            raise
+        parts: Parts = build(checkpoint, fwd_operator, rev_operator, self.nbytes, self.dtype,
+                             options, self.ranks, storage)
+        self._parts = parts
         #: The device Level-1 lives on (where u_0's arrays are, None for host memory); Level-2
         self.device, self.storage = parts.link.device, parts.storage
         self.memory_budget = None if parts.memory.budget is None else parts.memory.budget.nbytes
@@ -191,30 +189,31 @@ class AsyncCheckpointer:
             state the forward sweep reaches (t >= 1), it returns True to end the sweep there
             (n = t). An exception it raises ends the run and reaches the caller.
         """
-        self._check_open()
-        check_stop(self.n_timesteps, stop)
-        if self._phase != "idle":
-            self._abandon_run()
-        parts = self._parts
-        stats, schedule = parts.runs.begin(
-            stop, taping=self.taping, device="host" if self.device is None else self.device.name)
-        self._stats, self.trace = stats, []
-        self._actions, self._phase = iter(schedule), "forward"
-        self._run(EndForward)
-        parts.runs.planner.record_forward(stats)
-        self._phase = "forward-done"
+        with self._calls.running("apply_forward()"):
+            self._check_open()
+            check_stop(self.n_timesteps, stop)
+            if self._phase != "idle":
+                self._abandon_run()
+            parts = self._parts
+            stats, schedule = parts.runs.begin(stop)
+            self._stats, self.trace = stats, []
+            self._actions, self._phase = iter(schedule), "forward"
+            self._run(EndForward)
+            parts.runs.planner.record_forward(stats)
+            self._phase = "forward-done"
 
     def apply_reverse(self) -> None:
         """Run the reverse sweep: the adjoint of steps n-1 down to 0 (each after its taping step,
         or, taping-free, with the live state u_t)."""
-        self._check_open()
-        if self._phase != "forward-done":
-            raise UsageError("apply_reverse() needs a completed apply_forward() first "
-                             f"(the checkpointer is {self._phase!r})")
-        self._phase = "reverse"
-        self._run(EndReverse)
-        self._actions, self._phase = None, "idle"
-        self._parts.runs.learn(self._stats)
+        with self._calls.running("apply_reverse()"):
+            self._check_open()
+            if self._phase != "forward-done":
+                raise UsageError("apply_reverse() needs a completed apply_forward() first "
+                                 f"(the checkpointer is {self._phase!r})")
+            self._phase = "reverse"
+            self._run(EndReverse)
+            self._actions, self._phase = None, "idle"
+            self._parts.runs.learn(self._stats)
 
     def _run(self, until: type[EndForward] | type[EndReverse]) -> None:
         """One sweep, timed into the run's stats."""
@@ -248,6 +247,7 @@ class AsyncCheckpointer:
         """Stop the I/O threads and release Level-2 (delete its files); safe to call twice."""
         if self._closed:
             return
+        self._calls.check("close()")
         self._closed = True
         try:
             if self._phase != "idle":

@@ -70,11 +70,14 @@ def release(link: Link, storage: Storage | None, level1: Level1) -> None:
 def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options: Options,
           ranks: Ranks, storage: Any) -> Parts:
     """Make a checkpointer's parts from its options, ``storage`` being the ``storage=``
-    argument; on failure release what was made, tell the other ranks and raise."""
-    link, first, transfers = link_for(checkpoint, nbytes, dtype, options.transfers)
-    level1 = Level1(nbytes, link)
+    argument; on failure release what was made, tell the other ranks, let go of them and
+    raise."""
+    link: Link | None = None
+    level1: Level1 | None = None
     opened: Storage | None = None  # Level-2, where opened here
     try:
+        link, first, transfers = link_for(checkpoint, nbytes, dtype, options.transfers)
+        level1 = Level1(nbytes, link)
         memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks)
         slots, in_level1 = memory.split(options.l1_slots, options.interval)
         bounded = memory.bounds_level2(in_level1)
@@ -94,7 +97,13 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         try:
             ranks.fail(failure)  # the other ranks must not wait for this one
         finally:
-            release(link, opened, level1)
+            try:
+                if link is not None and level1 is not None:
+                    release(link, opened, level1)
+                elif link is not None:
+                    link.close()
+            finally:
+                ranks.free()
         raise
 
 
@@ -154,7 +163,8 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
             compress_auto=options.compress_auto)
         if memory.n_timesteps == 1:
             planner.with_interval(1)
-    runs = Runs(planner, auto, engine, interpreter, meter, ranks)
+    runs = Runs(planner, auto, engine, interpreter, meter, ranks, taping=options.taping,
+                device="host" if link.device is None else link.device.name)
     return Parts(link, level1, memory, storage, owns_storage, in_level1, engine, interpreter,
                  meter, runs, transfers, transfer_costs, tier_costs)
 
@@ -164,18 +174,21 @@ class Runs:
     to the interpreter as one schedule, and learned from after it."""
 
     def __init__(self, planner: Planner, auto: AutoPlanner | None, engine: TransferEngine,
-                 interpreter: Interpreter, meter: RunMeter, ranks: Ranks) -> None:
+                 interpreter: Interpreter, meter: RunMeter, ranks: Ranks, *, taping: bool,
+                 device: str) -> None:
         self.planner, self.auto = planner, auto
         self.engine, self.interpreter, self.meter, self.ranks = engine, interpreter, meter, ranks
+        #: what each run's Stats say of it: the protocol, and where Level-1 lives
+        self.taping, self.device = taping, device
 
-    def begin(self, stop: Callable[[int], object] | None, *, taping: bool,
-              device: str) -> tuple[Stats, AsyncMultistage | OnlineMultistage | Revolve]:
+    def begin(self, stop: Callable[[int], object] | None
+              ) -> tuple[Stats, AsyncMultistage | OnlineMultistage | Revolve]:
         """A run begins: its measurements (zeroed) and its schedule."""
         planner, auto = self.planner, self.auto
         self.ranks.settled = False  # a failure agreed on in an earlier run is over
         n = planner.n_timesteps
         stats = Stats(n_timesteps=n or 0, l1_slots=planner.l1_slots,
-                      l1_bytes=planner.l1_bytes, taping=taping, device=device)
+                      l1_bytes=planner.l1_bytes, taping=self.taping, device=self.device)
         self.meter.start(n)
         if auto is not None:
             auto.before_run(stats, self.interpreter)

@@ -3,6 +3,7 @@ command line and from the environment, with errors that name the option, the val
 accepted."""
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
@@ -15,11 +16,13 @@ from ..errors import InvalidTypeError, InvalidValueError, UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Options", "check_bool", "check_choice", "check_int", "check_operator", "check_stop",
-           "environment",
-           "parse_bytes", "parse_flag", "parse_interval"]
+__all__ = ["MAX_STEPS", "Options", "check_bool", "check_choice", "check_int", "check_operator",
+           "check_stop", "environment", "parse_bytes", "parse_flag", "parse_interval"]
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+#: The longest run: steps are keys of 64-bit tables (and no run comes near it)
+MAX_STEPS = 2**62
 
 
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
@@ -46,12 +49,24 @@ def _auto_codec(interval: int | str, dtype: object) -> Codec | None:
 
 
 def check_operator(**operators: object) -> None:
-    """Raise unless every operator (by its argument's name) has a callable ``apply``
-    (pyrevolve's operator protocol)."""
+    """Raise unless every operator (by its argument's name) has a callable ``apply`` that takes
+    the keywords ``t_start`` and ``t_end`` (pyrevolve's operator protocol), so that a wrong
+    signature fails here, not at the first call of a run."""
     for name, operator in operators.items():
-        if not callable(getattr(operator, "apply", None)):
+        apply = getattr(operator, "apply", None)
+        if not callable(apply):
             raise InvalidTypeError(f"{name} must have an apply(*, t_start, t_end) method; "
                                    f"got {type(operator).__name__}")
+        try:
+            signature = inspect.signature(apply)
+        except (TypeError, ValueError):  # a builtin or an extension's: nothing to check
+            continue
+        try:
+            signature.bind(t_start=0, t_end=1)
+        except TypeError:
+            raise InvalidTypeError(
+                f"{name}.apply{signature} cannot be called as apply(t_start=..., t_end=...): "
+                "the runtime always passes these two keywords") from None
 
 
 def check_stop(n_timesteps: int | None, stop: object) -> None:
@@ -179,7 +194,7 @@ class Options:
               keep_trace: object) -> "Options":
         """Check every option, raising an error that names the first bad one; ``dtype`` is the
         states' (for the codec of ``compression``)."""
-        n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1)
+        n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1, MAX_STEPS)
         if l1_slots is None and memory_budget is None:
             raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (bytes), "
                                     "or both; got neither")
@@ -203,13 +218,13 @@ class Options:
             # a codec's checksum of the bytes it stores guards the states instead: a lossy
             # codec's reads differ from the states written, and a lossless one would have
             # every state hashed twice
-            verify=bool(verify) and codec is None,
+            verify=check_bool("verify", verify) and codec is None,
             codec=codec,
             compress_auto=compress_auto and codec is not None,
             on_level2_error=check_choice("on_level2_error", on_level2_error,
                                          ("raise", "recompute")),
             blas_threads=(None if blas_threads is None
-                          else check_int("blas_threads", blas_threads, 1)),
+                          else check_int("blas_threads", blas_threads, 1, 2**31 - 1)),
             taping=check_bool("taping", taping),
             keep_trace=check_bool("keep_trace", keep_trace),
         )

@@ -14,7 +14,10 @@ from .._memory.buffers import padded
 from ..errors import MemoryBudgetError
 from ..storage import Storage, memory_tier, tiers_of
 
-__all__ = ["Planner", "RunPlan"]
+__all__ = ["Planner", "RunPlan", "UNDECIDED"]
+
+#: What :attr:`RunPlan.schedule` says before the model has chosen
+UNDECIDED = "chosen at the first apply_forward()"
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,9 @@ class RunPlan:
         I: every I-th state goes to Level-2; 0 for Revolve in the Level-1 slots alone.
         With ``interval="adaptive"`` or unknown n, the least interval.
     schedule : str
-        "Revolve" (Level-1 alone), "AsyncMultistage" (a fixed interval) or "OnlineMultistage"
-        (intervals or n decided as the run goes).
+        "Revolve" (Level-1 alone), "AsyncMultistage" (a fixed interval), "OnlineMultistage"
+        (intervals or n decided as the run goes), or before the first run of ``interval="auto"``
+        :data:`UNDECIDED` (the model chooses then, from what the run measures).
     level2 : tuple of str
         Level-2's tiers, fastest first (one for an untiered Level-2).
     capacities : tuple of int or None
@@ -164,7 +168,9 @@ class Planner:
 
     def view(self, transfers: str) -> RunPlan:
         """The read-only :class:`RunPlan` of what is planned now."""
-        if self._planned is None:
+        if self._planned is None and self.schedule is None:
+            kind = UNDECIDED
+        elif self._planned is None:
             kind = "Revolve"
         elif self.adaptive or self.n_timesteps is None:
             kind = "OnlineMultistage"

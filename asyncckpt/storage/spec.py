@@ -88,7 +88,7 @@ def open_storage(storage: Any, device: Any = None) -> tuple[Storage, bool]:
     if storage is None or (isinstance(storage, str) and storage.strip().lower() == "dram"):
         return (HostMemoryStorage() if device is None else PinnedMemoryStorage(device)), True
     if isinstance(storage, (str, os.PathLike)):
-        return FileStorage(storage), True
+        return FileStorage(level2_path(storage)), True
     if isinstance(storage, Storage):
         return storage, False
     raise InvalidTypeError(
@@ -96,6 +96,37 @@ def open_storage(storage: Any, device: Any = None) -> tuple[Storage, bool]:
         f"instance, or a list of those (tiers); got {type(storage).__name__}"
     )
 
+
+
+#: words that read as a kind of memory, not a directory: refused as paths, with the spelling
+#: that means host DRAM
+_MEMORY_WORDS = ("ram", "mem", "memory", "host", "dram", "hostmemory", "cpu")
+
+
+def level2_path(storage: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    """``storage=`` as a directory: ``~`` and environment variables expanded, and a bare word
+    that names no existing directory refused (``"ram"`` would otherwise become a directory
+    under the current one).
+
+    Raises
+    ------
+    InvalidValueError
+        For an undefined environment variable, or a bare word that is not a directory here.
+    """
+    if not isinstance(storage, str):
+        return storage
+    text = os.path.expanduser(os.path.expandvars(storage.strip()))
+    if "$" in text:
+        raise InvalidValueError(f"storage={storage!r} names an environment variable that is not "
+                                "set; set it, or give the directory itself")
+    if os.sep not in text and not os.path.isdir(text):
+        hint = ("'dram' (host DRAM)" if text.lower().replace("_", "") in _MEMORY_WORDS
+                else f"'./{text}' to make that directory here")
+        raise InvalidValueError(
+            f"storage={storage!r} is neither a backend's name nor an existing directory; "
+            f"accepted: None or 'dram' (host DRAM), a path to a directory (a ramdisk or an "
+            f"SSD), a Storage, or a list of those; did you mean {hint}?")
+    return text
 
 
 def per_rank(storage: Any, rank: int) -> Any:

@@ -24,8 +24,8 @@ def make(n: int = 10, **overrides):
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        (dict(n=0), ValueError, "n_timesteps must be >= 1, got 0"),
-        (dict(n=-5), ValueError, "n_timesteps must be >= 1, got -5"),
+        (dict(n=0), ValueError, r"n_timesteps must be an int in \[1, \d+\], got 0"),
+        (dict(n=-5), ValueError, r"n_timesteps must be an int in \[1, \d+\], got -5"),
         (dict(n=2.0), TypeError, "n_timesteps must be an int, got 2.0"),
         (dict(n="10"), TypeError, "n_timesteps must be an int"),
         (dict(l1_slots=0), ValueError, "l1_slots must be >= 1, got 0"),
@@ -188,3 +188,122 @@ def test_a_prefetch_beyond_the_buffers_is_a_schedule_error() -> None:
             assert engine.counters.reads == 1
         finally:
             engine.close()
+
+
+@pytest.mark.parametrize("verify", [None, 0, "", [], 1, "yes"])
+def test_verify_must_be_a_bool_not_something_falsy(verify) -> None:
+    """A falsy non-bool used to turn checksums off silently (a corrupting Level-2 then gives a
+    wrong gradient with no error)."""
+    with pytest.raises(CheckpointError, match="verify must be True or False"):
+        make(verify=verify)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(n=2**70), "n_timesteps must be an int in"),
+    (dict(blas_threads=2**70), "blas_threads must be an int in"),
+    (dict(transfers=np.array([1, 2])), "transfers must be one of"),
+    (dict(transfers=np.array(["inline"])), "transfers must be one of"),
+])
+def test_huge_and_array_values_get_a_checkpoint_error_naming_them(kwargs, message) -> None:
+    with pytest.raises(CheckpointError, match=message):
+        make(**kwargs)
+
+
+def test_an_array_instead_of_a_list_of_arrays_is_named() -> None:
+    with pytest.raises(CheckpointError, match=r"a list of the arrays.*ArrayCheckpoint\(\[array\]\)"):
+        ArrayCheckpoint(np.zeros(4))
+
+
+class Positional:
+    def apply(self, a, b):  # pyrevolve's protocol passes t_start= and t_end=
+        pass
+
+
+class KeywordOnly:
+    def apply(self, *, t_start, t_end, **rest):
+        pass
+
+
+def test_an_apply_that_cannot_take_the_keywords_fails_at_construction() -> None:
+    with pytest.raises(CheckpointError, match=r"fwd_operator.apply\(a, b\) cannot be called"):
+        make(fwd=Positional())
+    with pytest.raises(CheckpointError, match=r"rev_operator.apply"):
+        make(rev=Positional())
+    make(fwd=KeywordOnly(), rev=KeywordOnly()).close()
+
+
+@pytest.mark.parametrize("spec", ["ram", "memory", "Memory", "ckpts", "$ASYNCCKPT_NOT_SET_X",
+                                  "$ASYNCCKPT_NOT_SET_X/deeper"])
+def test_storage_specs_that_look_like_typos_are_refused_with_the_accepted_forms(
+        spec, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ASYNCCKPT_NOT_SET_X", raising=False)
+    with pytest.raises(CheckpointError, match="storage="):
+        make(storage=spec)
+    assert list(tmp_path.iterdir()) == []  # no directory made under the current one
+
+
+def test_home_and_environment_variables_are_expanded(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ASYNCCKPT_TEST_LEVEL2", str(tmp_path / "level2"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for spec, where in (("$ASYNCCKPT_TEST_LEVEL2", tmp_path / "level2"),
+                        ("~/ckpts", tmp_path / "ckpts")):
+        with make(storage=spec) as ckp:
+            assert Path(ckp.storage.path) == where
+            ckp.apply_forward()
+            ckp.apply_reverse()
+        assert not where.exists()  # made for the run, removed by close()
+
+
+class Reentrant(Forward):
+    """A forward operator that calls back into its checkpointer."""
+
+    def __init__(self, model, call: str) -> None:
+        super().__init__(model)
+        self.call, self.checkpointer = call, None
+
+    def apply(self, *, t_start, t_end):
+        if t_end >= 4 and self.checkpointer is not None:
+            getattr(self.checkpointer, self.call)()
+        super().apply(t_start=t_start, t_end=t_end)
+
+
+@pytest.mark.parametrize("call", ["apply_forward", "apply_reverse", "close"])
+def test_a_call_from_inside_an_operator_is_a_usage_error(call: str) -> None:
+    model = RecurrentCell(10)
+    fwd = Reentrant(model, call)
+    with AsyncCheckpointer(model, fwd, Reverse(model), 10, l1_slots=2, interval=2) as ckp:
+        fwd.checkpointer = ckp
+        with pytest.raises(UsageError, match=f"{call}\\(\\) from inside an operator"):
+            ckp.apply_forward()
+        fwd.checkpointer = None
+        ckp.apply_forward()  # still usable: the refused call changed nothing
+        ckp.apply_reverse()
+
+
+def test_a_call_from_another_thread_during_a_sweep_is_a_usage_error() -> None:
+    import threading
+
+    model = RecurrentCell(10)
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(Forward):
+        def apply(self, *, t_start, t_end):
+            if t_end >= 4 and not release.is_set():
+                started.set()
+                release.wait(10)
+            super().apply(t_start=t_start, t_end=t_end)
+
+    with AsyncCheckpointer(model, Slow(model), Reverse(model), 10, l1_slots=2,
+                           interval=2) as ckp:
+        runner = threading.Thread(target=ckp.apply_forward)
+        runner.start()
+        try:
+            assert started.wait(10)
+            for call in (ckp.apply_forward, ckp.apply_reverse, ckp.close):
+                with pytest.raises(UsageError, match="from another thread"):
+                    call()
+        finally:
+            release.set()
+            runner.join(10)
+        ckp.apply_reverse()
