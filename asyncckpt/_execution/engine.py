@@ -376,6 +376,7 @@ class TransferEngine:
         self._sizes.clear()
         self._doomed.clear()
         self.recovery.lost.clear()
+        self.recovery.causes.clear()
         self.counters.held = 0
         for key in written:
             try:

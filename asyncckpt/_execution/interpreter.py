@@ -179,4 +179,5 @@ class Interpreter:
                 self.engine.recovered(step, self.arrays(step, into=False))
                 return
         raise TransferError(f"u_{step} is lost on Level-2 {self.engine.storage!r} and no earlier "
-                            "checkpoint can be read to recompute it")
+                            "checkpoint can be read to recompute it") \
+            from self.engine.recovery.causes.get(step)

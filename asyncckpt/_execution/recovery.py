@@ -37,6 +37,8 @@ class Recovery:
         self.counters = counters
         #: states never (or no longer readably) on Level-2
         self.lost: set[int] = set()
+        #: the failure that lost each state (the cause of the error if it cannot be rebuilt)
+        self.causes: dict[int, BaseException] = {}
 
     def write_failed(self, key: int, exc: BaseException,
                      write_again: Callable[[], None]) -> BaseException | None:
@@ -54,6 +56,7 @@ class Recovery:
             log.warning("Level-2 write of u_%d failed again (%r): it will be recomputed", key,
                         again)
             self.lost.add(key)
+            self.causes[key] = again
         return None
 
     def read_failed(self, key: int, exc: BaseException, context: str = "") -> None:
@@ -64,6 +67,7 @@ class Recovery:
                     self.where, exc, context)
         self.counters.failures += 1
         self.lost.add(key)
+        self.causes[key] = exc
 
     def delete_failed(self, key: int, exc: BaseException) -> bool:
         """Whether a failed delete of u_key is survived (logged) rather than raised."""

@@ -13,7 +13,7 @@ from schedules.model import CodecCosts
 
 from .._memory.buffers import aligned_buffer, padded
 from .._memory.pool import POOL
-from ..errors import StorageFullError
+from ..errors import CheckpointError, StorageFullError, TransferError
 from ..storage import Storage
 
 __all__ = ["measure_level2", "measure_transfer", "measure_codec", "measure_fault",
@@ -155,8 +155,21 @@ def measure_level2(storage: Storage, nbytes: int,
     page-locked memory (``link``) to every transfer."""
     down, up = link.measure(nbytes)
     if storage.tiers is None:
-        tw, tr = measure_transfer(storage, nbytes)
+        tw, tr = _probed(storage, nbytes)
         return (tw + down, tr + up), None
-    tiers = [(tw + down, tr + up) for tw, tr in (measure_transfer(tier, nbytes)
+    tiers = [(tw + down, tr + up) for tw, tr in (_probed(tier, nbytes)
                                                  for tier in storage.tiers)]
     return tiers[0], tiers
+
+
+def _probed(storage: Storage, nbytes: int) -> tuple[float, float]:
+    """:func:`measure_transfer`, its device's failures a :class:`~asyncckpt.TransferError`
+    that names the backend (a full device stays a ``StorageFullError``)."""
+    try:
+        return measure_transfer(storage, nbytes)
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise TransferError(f"the probe of Level-2 {storage!r} (one state of {nbytes} bytes "
+                            f"written and read back before the first run) failed: "
+                            f"{exc!r}") from exc

@@ -6,6 +6,7 @@ import logging
 import os
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,22 @@ from .kept import KEPT_FILES, KeptFile, keep_or_release, release_files, take_kep
 __all__ = ["FileStorage", "release_files", "KEPT_FILES"]
 
 log = logging.getLogger(__name__)
+
+#: the backends open in this process, whose files a forked child must not keep alive
+_OPEN: weakref.WeakSet["FileStorage"] = weakref.WeakSet()
+
+
+def _close_in_child() -> None:
+    """In a child after ``fork``: close the descriptors of every open backend (the parent's
+    file, whose space would otherwise outlive the parent for as long as the child runs); the
+    child's copies of the backends are closed."""
+    for backend in list(_OPEN):
+        backend._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
+
 
 def _open_unnamed(directory: Path) -> int:
     """Open a new file (mode 0600) under ``directory`` that no name reaches, so that its bytes
@@ -80,8 +97,12 @@ class FileStorage(Storage):
             missing = root
             while not missing.parent.exists():
                 missing = missing.parent
-            try:
-                root.mkdir(parents=True, mode=0o700)
+            try:  # every level made here private (parents=True would make the upper ones 0755)
+                level = missing
+                level.mkdir(mode=0o700)
+                for part in root.relative_to(missing).parts:
+                    level = level / part
+                    level.mkdir(mode=0o700)
             except OSError as exc:
                 raise InvalidValueError(f"FileStorage path {str(root)!r} does not exist and cannot be "
                                  f"created: {exc.strerror}") from exc
@@ -106,6 +127,7 @@ class FileStorage(Storage):
         self._free: list[int] = []
         self._n_records = 0
         self._closed = False
+        _OPEN.add(self)
         log.debug("FileStorage under %s (O_DIRECT %s)", self.path, self.direct)
 
     def _open(self, root: Path, direct: bool | None) -> None:
@@ -296,6 +318,16 @@ class FileStorage(Storage):
     def __contains__(self, key: object) -> bool:
         with self._lock:
             return key in self._slots
+
+    def _forget_after_fork(self) -> None:
+        """Close the descriptors without touching the file (the parent's); refuse any use."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._closed = True
+        for fd in (self._fd, self._direct_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._direct_fd = -1
+        self._made_root = None  # the parent's to remove
 
     def close(self) -> None:
         with self._lock:

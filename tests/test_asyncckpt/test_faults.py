@@ -378,3 +378,34 @@ def test_ctrl_c_while_waiting_for_a_stalled_device(receiver: str) -> None:
         timer.join(10)
         bystander.join(10)
     assert_clean(ckp, storage)
+
+
+def test_when_recompute_gives_up_the_transfer_error_carries_the_read_that_lost_the_state(
+        ) -> None:
+    class UnreadableMemory(FaultyMemory):
+        def get(self, key, out):
+            raise OSError(errno.EIO, f"unreadable u_{key}")
+
+    model = RecurrentCell(N)
+    storage = UnreadableMemory()
+    with checkpointer(model, storage, on_level2_error="recompute") as ckp:
+        model.reset()
+        ckp.apply_forward()
+        model.reset_adjoint()
+        with pytest.raises(TransferError, match="no earlier checkpoint can be read") as info:
+            ckp.apply_reverse()
+    cause = info.value.__cause__
+    assert isinstance(cause, OSError) and "unreadable u_" in str(cause)
+    storage.close()
+
+
+def test_a_failing_probe_of_level2_is_a_transfer_error_naming_the_backend() -> None:
+    """The first "auto" run probes Level-2 at construction: a device that fails then raised
+    a raw OSError."""
+    model = RecurrentCell(N)
+    storage = FaultyMemory(fail_put_at=1, error=OSError(errno.EIO, "Input/output error"))
+    with pytest.raises(TransferError, match=r"probe of Level-2 .*Input/output error") as info:
+        AsyncCheckpointer(model, Forward(model), Reverse(model), N, l1_slots=2,
+                          storage=storage)
+    assert isinstance(info.value.__cause__, OSError)
+    storage.close()

@@ -544,3 +544,51 @@ def test_a_probe_of_files_writes_a_burst_of_states_then_reads_them(disk_dir) -> 
     assert {key for _, key in memory.calls} == {-1} and not memory.held
     for opened in (storage, full, memory):
         opened.close()
+
+
+def test_every_directory_a_file_storage_makes_is_private_and_removed(tmp_path: Path) -> None:
+    import stat as modes
+
+    made = [tmp_path / "sub", tmp_path / "sub" / "deeper", tmp_path / "sub" / "deeper" / "x"]
+    backend = FileStorage(made[-1])
+    try:
+        for directory in made:
+            assert modes.S_IMODE(directory.stat().st_mode) == 0o700, directory
+    finally:
+        backend.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_forked_child_does_not_keep_the_parents_level2_file_open(tmp_path: Path) -> None:
+    """The file has no name: its space goes with its last descriptor, and a child that kept
+    one would hold it after the parent was killed."""
+    import subprocess
+    import sys
+
+    program = f"""
+import os, sys
+from asyncckpt import FileStorage
+backend = FileStorage({str(tmp_path)!r})
+backend.reserve(1 << 20, 4)
+mine = os.readlink(f"/proc/self/fd/{{backend.fileno()}}")
+pid = os.fork()
+if pid == 0:
+    held = [os.readlink(f"/proc/self/fd/{{fd}}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{{fd}}")]
+    try:
+        backend.put(1, bytearray(16))
+        used = "put worked"
+    except Exception as exc:
+        used = type(exc).__name__
+    print(sum(target == mine for target in held), used, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+backend.put(1, __import__("numpy").zeros(16, "uint8"))  # the parent's is untouched
+backend.close()
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    held, used = done.stdout.split()
+    assert held == "0"
+    assert used == "StorageError"
