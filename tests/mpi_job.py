@@ -143,10 +143,20 @@ def compat(root: Path) -> dict:
                 "exact": exact(model, reference), "interval": revolver.stats.interval}
 
 
+def recompute_refused(root: Path) -> dict:
+    model = RecurrentCell(N)
+    try:
+        AsyncCheckpointer(model, Forward(model), Reverse(model), N, l1_slots=3, interval=4,
+                          on_level2_error="recompute", comm=COMM)
+    except Exception as exc:  # noqa: BLE001 - the scenario reports what was raised
+        return {"error": type(exc).__name__, "message": str(exc)}
+    return {"error": None}
+
+
 def main() -> None:
     scenario, root = sys.argv[1], Path(sys.argv[2] if len(sys.argv) > 2 else tempfile.gettempdir())
     result = {"plans": plans, "write-fails": write_fails, "operator-fails": operator_fails,
-              "compat": compat}[scenario](root)
+              "compat": compat, "recompute-refused": recompute_refused}[scenario](root)
     print(json.dumps({"rank": RANK, "size": SIZE, **result}), flush=True)
 
 

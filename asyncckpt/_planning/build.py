@@ -18,6 +18,7 @@ from .._execution.level1 import Level1
 from .._execution.link import Link, link_for, measure_copy
 from .._execution.meter import RunMeter
 from .._execution.ranks import Ranks
+from ..errors import UsageError
 from ..stats import Stats
 from ..storage import CompressedStorage, Storage, level2_spec, open_level2
 from .auto import AutoPlanner
@@ -76,6 +77,11 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
     level1: Level1 | None = None
     opened: Storage | None = None  # Level-2, where opened here
     try:
+        if options.on_level2_error == "recompute" and ranks.size > 1:
+            raise UsageError(
+                f"on_level2_error='recompute' under MPI ({ranks.size} ranks): a rank rebuilding "
+                "a lost state would re-run forward steps alone while its peers wait for it in "
+                "their own calls (halo exchanges); use 'raise', which raises on every rank")
         link, first, transfers = link_for(checkpoint, nbytes, dtype, options.transfers)
         level1 = Level1(nbytes, link)
         memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks)

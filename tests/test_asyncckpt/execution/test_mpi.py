@@ -101,3 +101,11 @@ def test_devito_mpi_gradient_equals_its_full_history_on_every_rank(tmp_path, bud
         # the first gradient goes through Level-2; the next may keep to Level-1 once a run
         # has priced the copies beside the I/O thread
         assert results[0]["plans"][0][1] > 0
+
+
+def test_recompute_is_refused_under_mpi_on_every_rank_with_the_reason(tmp_path) -> None:
+    """A rank rebuilding a lost state alone used to deadlock peers whose operators exchange
+    halos with it."""
+    results = mpirun(2, "recompute-refused", tmp_path)
+    assert [r["error"] for r in results] == ["UsageError", "UsageError"]
+    assert all("under MPI (2 ranks)" in r["message"] for r in results)
