@@ -6,8 +6,10 @@ import os
 import threading
 from dataclasses import dataclass
 
-__all__ = ["KEPT_FILES", "KeptFile", "KeptFiles", "fits_beside", "keep_or_release",
-           "release_fds", "release_files", "take_kept"]
+import psutil
+
+__all__ = ["KEPT_FILES", "KeptFile", "KeptFiles", "RAM_FILESYSTEMS", "fits_beside",
+           "keep_or_release", "ram_backed", "release_fds", "release_files", "take_kept"]
 
 #: A file that held at least this much is closed on a thread of its own: freeing its blocks
 #: waits on the device at no CPU (long, on a disk mounted with ``discard``)
@@ -127,10 +129,24 @@ def fits_beside(fd: int, nbytes: int) -> bool:
     return stat.f_bavail * stat.f_frsize >= nbytes
 
 
+#: Filesystems whose files are RAM: a file kept there is memory held, not disk
+RAM_FILESYSTEMS = ("tmpfs", "ramfs")
+
+
+def ram_backed(path: str) -> bool:
+    """Whether ``path`` (a real path) lies on a filesystem kept in RAM (tmpfs, ramfs): found
+    from the mount table (psutil), not guessed from the name."""
+    mounts = [p for p in psutil.disk_partitions(all=True)
+              if path == p.mountpoint or path.startswith(p.mountpoint.rstrip("/") + "/")]
+    return bool(mounts) and max(mounts, key=lambda p: len(p.mountpoint)).fstype in RAM_FILESYSTEMS
+
+
 def keep_or_release(where: str, kept: KeptFile) -> None:
     """Keep a closed backend's file for the next backend under ``where`` (a real path) where
-    :func:`fits_beside` says so, else close it."""
-    if kept.nbytes and kept.fd >= 0 and fits_beside(kept.fd, kept.nbytes):
+    :func:`fits_beside` says so, else close it. A file on a RAM-backed filesystem is never kept:
+    there its space is memory the process would go on holding."""
+    if (kept.nbytes and kept.fd >= 0 and fits_beside(kept.fd, kept.nbytes)
+            and not ram_backed(where)):
         _KEPT.keep((where, kept.direct_fd >= 0), kept)
     else:
         release_fds(kept.fds(), kept.nbytes)

@@ -592,3 +592,19 @@ backend.close()
     held, used = done.stdout.split()
     assert held == "0"
     assert used == "StorageError"
+
+
+def test_a_file_on_a_ram_backed_filesystem_is_not_kept_after_close(shm_dir: Path,
+                                                                    disk_dir: Path) -> None:
+    """On tmpfs a kept file is RAM the process goes on holding (1000 MiB stayed in /dev/shm
+    until exit); on a disk it is kept for the next backend there."""
+    from asyncckpt.storage.kept import ram_backed
+
+    release_files()
+    assert ram_backed(os.path.realpath(shm_dir))
+    assert not ram_backed(os.path.realpath(disk_dir))
+    for where, kept in ((shm_dir, 0), (disk_dir, 8 << 20)):
+        backend = FileStorage(where)
+        backend.reserve(1 << 20, 8)
+        backend.close()
+        assert release_files() == kept, where
