@@ -211,6 +211,18 @@ class FileStorage(Storage):
                 raise
         self._backed = max(self._backed, records * self._record)
 
+    def _grow(self, records: int) -> None:
+        """Back at least ``records`` records: a quarter more than now where the device has
+        room for it (appends then seldom fall back to the allocator), else just ``records``."""
+        ahead = max(records, (self._backed // self._record) * 5 // 4)
+        if ahead > records:
+            try:
+                self._fallocate(ahead)
+                return
+            except StorageFullError:
+                pass  # the quarter does not fit: what this put needs may
+        self._fallocate(records)
+
     def _bounce_page(self) -> np.ndarray:
         page = getattr(self._bounce, "page", None)
         if page is None:
@@ -231,11 +243,10 @@ class FileStorage(Storage):
             if self._free:
                 slot = self._free.pop()
             else:
-                slot, self._n_records = self._n_records, self._n_records + 1
-                backed = self._backed // self._record
-                if self._n_records > backed:
-                    # grow by a quarter at least, so appends seldom fall back to the allocator
-                    self._fallocate(max(self._n_records, backed * 5 // 4))
+                slot = self._n_records
+                if slot + 1 > self._backed // self._record:
+                    self._grow(slot + 1)
+                self._n_records = slot + 1  # only once its room exists: a failed put leaks none
             self._slots[key] = slot
         offset = slot * self._record
         try:

@@ -608,3 +608,43 @@ def test_a_file_on_a_ram_backed_filesystem_is_not_kept_after_close(shm_dir: Path
         backend.reserve(1 << 20, 8)
         backend.close()
         assert release_files() == kept, where
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):
+    """A 20 MiB tmpfs of its own (root can mount one; skip where it cannot)."""
+    import subprocess
+
+    where = tmp_path / "small"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_file_storage_fills_its_device_before_it_reports_it_full(small_tmpfs: Path) -> None:
+    """Growing the file by a quarter reported the device full with 6 MiB still free, and each
+    failed put kept a record."""
+    state = np.zeros(1 << 20, np.uint8)
+    backend = FileStorage(small_tmpfs)
+    try:
+        stored = 0
+        with pytest.raises(StorageFullError):
+            while True:
+                backend.put(stored, state)
+                stored += 1
+        assert stored >= 19  # 20 MiB, less what the filesystem keeps for itself
+        for _ in range(3):  # a refused put takes no room: freeing one makes room for one
+            with pytest.raises(StorageFullError):
+                backend.put(stored, state)
+        backend.delete(0)
+        backend.put(stored, state)
+        with pytest.raises(StorageFullError):
+            backend.put(stored + 1, state)
+    finally:
+        backend.close()
