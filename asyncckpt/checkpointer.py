@@ -90,6 +90,9 @@ class AsyncCheckpointer:
         Keep each run's actions in :attr:`trace`, for :func:`schedules.simulate`.
     comm : mpi4py communicator, optional
         One plan on every rank, Level-2 per rank, a failure raised on all (docs/mpi.md).
+    transfer_timeout : float, optional
+        Seconds past which a Level-2 transfer the caller waits for means a stalled device: a
+        :class:`~asyncckpt.TransferError` (default 60, more for a slow one; docs/reliability.md).
 
     Notes
     -----
@@ -106,7 +109,7 @@ class AsyncCheckpointer:
         staging_buffers: int = DEFAULT_STAGING_BUFFERS, io_threads: int = 1,
         transfers: str = "auto", verify: bool = True, compression: Any = None,
         on_level2_error: str = "raise", blas_threads: int | None = None, taping: bool = True,
-        keep_trace: bool = False, comm: Any = None,
+        keep_trace: bool = False, comm: Any = None, transfer_timeout: float | None = None,
     ) -> None:
         self._closed = True  # until construction succeeds
         self._calls = CallGuard()
@@ -118,7 +121,7 @@ class AsyncCheckpointer:
             host_memory_budget=host_memory_budget, staging_buffers=staging_buffers,
             io_threads=io_threads, transfers=transfers, verify=verify, compression=compression,
             dtype=self.dtype, on_level2_error=on_level2_error, blas_threads=blas_threads,
-            taping=taping, keep_trace=keep_trace)
+            taping=taping, keep_trace=keep_trace, transfer_timeout=transfer_timeout)
         self.n_timesteps, self.taping, self.keep_trace = (options.n_timesteps, options.taping,
                                                           options.keep_trace)
         #: the actions the last run executed (with ``keep_trace=True``)
@@ -190,7 +193,6 @@ class AsyncCheckpointer:
             (n = t). An exception it raises ends the run and reaches the caller.
         """
         with self._calls.running("apply_forward()"):
-            self._check_open()
             check_stop(self.n_timesteps, stop)
             if self._phase != "idle":
                 self._abandon_run()
@@ -206,7 +208,6 @@ class AsyncCheckpointer:
         """Run the reverse sweep: the adjoint of steps n-1 down to 0 (each after its taping step,
         or, taping-free, with the live state u_t)."""
         with self._calls.running("apply_reverse()"):
-            self._check_open()
             if self._phase != "forward-done":
                 raise UsageError("apply_reverse() needs a completed apply_forward() first "
                                  f"(the checkpointer is {self._phase!r})")
@@ -233,10 +234,6 @@ class AsyncCheckpointer:
                 stats.reverse_s = elapsed
             parts.meter.collect(stats)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError("the AsyncCheckpointer is closed")
-
     def _abandon_run(self) -> None:
         self._parts.engine.discard()
         self._parts.level1.abandon()
@@ -248,7 +245,7 @@ class AsyncCheckpointer:
         if self._closed:
             return
         self._calls.check("close()")
-        self._closed = True
+        self._closed = self._calls.closed = True
         try:
             if self._phase != "idle":
                 self._abandon_run()
@@ -262,8 +259,8 @@ class AsyncCheckpointer:
     def drain(self) -> None:
         """Wait for every Level-2 transfer still under way (the forward sweep returns with its
         last writes in flight) and raise the first failure."""
-        self._check_open()
-        self._parts.engine.drain()
+        with self._calls.running("drain()"):
+            self._parts.engine.drain()
 
     def __enter__(self) -> "AsyncCheckpointer":
         return self

@@ -1,10 +1,10 @@
 """The transfer engine: Level-1 staging and prefetch buffers, moved to and from Level-2 on named
 worker threads.
 
-The main thread pays one memory copy per store and never waits for a write unless every staging
-buffer is in flight. Futures carry each transfer's result or exception back. Under the "raise"
-policy the first failure marks the engine broken and is raised, chained, on the main thread at
-its next call; under "recompute" a failed write is retried once and a state that stays lost is
+The main thread pays one memory copy per store and waits for a write only when every staging
+buffer is in flight, never past a deadline. Futures carry each transfer's result or exception
+back: under "raise" the first failure breaks the engine and is raised, chained, on the main
+thread at its next call; under "recompute" a failed write is retried once and a lost state is
 reported by :meth:`TransferEngine.load` for the caller to rebuild.
 """
 from __future__ import annotations
@@ -13,18 +13,20 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+
+from concurrent.futures import Future
 
 import numpy as np
 
 from .._memory.buffers import check_size
 from .._memory.keytable import KeyTable
-from ..errors import CorruptionError, ScheduleError, TransferError
+from ..errors import ScheduleError, TransferError
 from ..storage import Storage
 from .counters import TransferCounters
-from .futures import Completed, InlineExecutor, Outcome, wait_awake
+from .futures import Completed, DaemonExecutor, InlineExecutor, Outcome, wait_awake
 from .link import HostLink, Link
 from .recovery import LinkFailure, Recovery
+from .transfers import Transfers
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +57,29 @@ class TransferEngine:
     link : Link
         How states get from Level-1 into the staging buffers and from the prefetch buffers back
         (host memory copies, or a device's streams); it makes those buffers.
+    deadline_s : float
+        The longest the caller waits for one transfer: past it the device is stalled, and the
+        caller gets a :class:`~asyncckpt.TransferError` (whatever ``on_error`` says: a stalled
+        transfer's thread and buffer are abandoned, not retried).
     """
+
+    #: How long :meth:`discard` and :meth:`close` wait for the transfers in flight after an
+    #: interrupt or a failure before they abandon them (and their threads and buffers)
+    ABANDON_S = 2.0
 
     def __init__(self, storage: Storage, nbytes: int, *, staging_buffers: int,
                  prefetch_buffers: int, io_threads: int, verify: bool, on_error: str = "raise",
-                 link: Link | None = None) -> None:
+                 link: Link | None = None, deadline_s: float = 60.0) -> None:
         self.storage = storage
         self._link: Link = HostLink() if link is None else link
         link = self._link
         self.nbytes = nbytes
         self.verify = verify
+        self.deadline_s = deadline_s
         #: this run's counts, read by the run's meter
         self.counters = TransferCounters()
         self.recovery = Recovery(on_error, repr(storage), self.counters)
+        self._transfers = Transfers(storage, link, verify, self.counters)
         self._free_staging = [link.staging_buffer(nbytes) for _ in range(staging_buffers)]
         self._free_prefetch = [link.prefetch_buffer(nbytes) for _ in range(prefetch_buffers)]
         # writes in flight, oldest first, and the same futures by key
@@ -80,63 +92,30 @@ class TransferEngine:
         # keys freed while their write was still in flight: deleted when it completes
         self._doomed: set[int] = set()
         self._reads: dict[int, tuple[Outcome, np.ndarray]] = {}
-        self._executor: ThreadPoolExecutor | InlineExecutor = (
-            ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="asyncckpt-io")
-            if io_threads > 0 else InlineExecutor())
+        self._executor: DaemonExecutor | InlineExecutor = (
+            DaemonExecutor(io_threads, "asyncckpt-io") if io_threads > 0 else InlineExecutor())
         self._broken: BaseException | None = None
         self.last_submit = 0.0  # perf_counter() when the latest write was handed over
-
-    # -- worker side ---------------------------------------------------------------------------
-
-    def _write(self, key: int, buffer: np.ndarray, size: int,
-               ticket: object = None) -> tuple[int, np.ndarray]:
-        """Write u_key (its first ``size`` bytes) from a staging buffer, once the link's
-        ``ticket`` says it is there; return its checksum and the buffer to stage into next (the
-        same one, unless the backend adopted it and gave a spare in exchange)."""
-        linked, digest = 0.0, None
-        if ticket is not None:
-            try:
-                linked, digest = self._link.sent(ticket)
-            except Exception as exc:  # the staging buffer holds nothing to write again
-                raise LinkFailure(f"the copy of u_{key} out of Level-1 failed: {exc!r}") \
-                    from exc
-        start = time.perf_counter()
-        view = buffer[:size]
-        if digest is None:
-            digest = self._link.checksum(view) if self.verify else 0
-        buffer = self.storage.put_staged(key, buffer, size)
-        self.counters.busy(True, linked + time.perf_counter() - start)
-        return digest, buffer
-
-    def _read(self, key: int, buffer: np.ndarray, size: int, digest: int | None,
-              written: Outcome | None) -> None:
-        """Read u_key (``size`` bytes) into a prefetch buffer and make it ready for a load."""
-        if written is not None:
-            digest = written.result()[0]
-        out = buffer[:size]
-        start = time.perf_counter()
-        self.storage.get(key, out)
-        host = time.perf_counter() - start
-        check = self.verify and digest is not None
-        linked, arrived = self._link.receive(buffer, size, check)
-        if check and (arrived if arrived is not None else self._link.checksum(out)) != digest:
-            raise CorruptionError(
-                f"Level-2 read of u_{key} from {self.storage!r}: checksum mismatch "
-                f"({out.nbytes} bytes differ from what was written)"
-            )
-        self.counters.busy(False, host + linked)
 
     # -- main-thread side ----------------------------------------------------------------------
 
     def _read_now(self, key: int, buffer: np.ndarray) -> None:
         """Read u_key into ``buffer`` on the caller's thread (a recovery's read)."""
-        self._read(key, buffer, self._sizes[key], self._digests.get(key), self._writing.get(key))
+        self._transfers.read(key, buffer, self._sizes[key], self._digests.get(key),
+                             self._writing.get(key))
 
     def _fail(self, what: str, key: int, exc: BaseException) -> TransferError:
         error = TransferError(f"{what} of u_{key} on Level-2 {self.storage!r} failed: {exc!r}")
         error.__cause__ = exc
         self._broken = error
         return error
+
+    def _await(self, futures: list[Outcome], what: str, key: int) -> None:
+        """Wait for ``futures`` (the ``what`` of u_key) at most the deadline, else raise."""
+        if not wait_awake(futures, self.deadline_s):
+            raise self._fail(what, key, TimeoutError(
+                f"no answer within {self.deadline_s:g} s (transfer_timeout): the device is "
+                "stalled"))
 
     def check(self) -> None:
         """Reap finished writes; raise the first failure on the caller's thread."""
@@ -175,7 +154,7 @@ class TransferEngine:
         staged = [buffer]
 
         def again() -> None:
-            digest, staged[0] = self._write(key, buffer, self._sizes[key])
+            digest, staged[0] = self._transfers.write(key, buffer, self._sizes[key])
             self._digests[key] = digest
         return self.recovery.write_failed(key, exc, again), staged[0]
 
@@ -191,7 +170,7 @@ class TransferEngine:
         self.check()
         if not self._free_staging:
             start = time.perf_counter()
-            wait_awake([self._writes[0][1]])
+            self._await([self._writes[0][1]], "write", self._writes[0][0])
             self.counters.write_stall_s += time.perf_counter() - start
             self._reap_write()
         buffer = self._free_staging.pop()
@@ -202,7 +181,7 @@ class TransferEngine:
         self.counters.copies += 1
         self._sizes[key] = size
         self.last_submit = time.perf_counter()
-        future = self._executor.submit(self._write, key, buffer, size, ticket)
+        future = self._executor.submit(self._transfers.write, key, buffer, size, ticket)
         self._writes.append((key, future, buffer))
         self._writing[key] = future
         self.counters.stored(size)
@@ -244,7 +223,7 @@ class TransferEngine:
         if key in self.recovery.lost:
             future = Completed(exception=TransferError(f"u_{key} was never written to Level-2"))
         else:
-            future = self._executor.submit(self._read, key, buffer, self._sizes[key],
+            future = self._executor.submit(self._transfers.read, key, buffer, self._sizes[key],
                                            self._digests.get(key), self._writing.get(key))
             self.counters.reads += 1
             self.counters.bytes_read += self._sizes[key]
@@ -256,7 +235,7 @@ class TransferEngine:
         future, _ = self._reads[key]
         if not future.done():
             start = time.perf_counter()
-            wait_awake([future])
+            self._await([future], "read", key)
             self.counters.read_stall_s += time.perf_counter() - start
         exc = future.exception()
         if exc is None:
@@ -309,7 +288,7 @@ class TransferEngine:
         u_key was never written."""
         if key in self._writing:
             # its write failed or is still going: settle every write (a failed one is retried)
-            wait_awake([f for _, f, _ in self._writes])
+            self._await([f for _, f, _ in self._writes], "write", key)
             self.check()
         if key not in self._digests:
             return False
@@ -337,7 +316,7 @@ class TransferEngine:
         read = self._reads.pop(key, None)
         if read is not None:
             future, buffer = read
-            wait_awake([future])  # the buffer is in use until its read ends
+            self._await([future], "read", key)  # the buffer is in use until its read ends
             self._free_prefetch.append(buffer)
         self.counters.held -= 1
         self._sizes.pop(key, None)
@@ -354,20 +333,32 @@ class TransferEngine:
 
     def drain(self) -> None:
         """Wait for every transfer in flight and raise the first failure."""
-        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()])
+        for key, future, _ in list(self._writes):
+            self._await([future], "write", key)
+        for key, (future, _) in list(self._reads.items()):
+            self._await([future], "read", key)
         self.check()
 
     def discard(self) -> None:
-        """Abandon the current run: wait for what is in flight, ignore its failures, delete every
-        state this engine wrote, and make the engine usable again."""
-        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()])
+        """Abandon the current run: wait for what is in flight (at most :data:`ABANDON_S`; what
+        is still running then is abandoned, its state deleted once it ends), ignore its
+        failures, delete every state this engine wrote, and make the engine usable again."""
+        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()],
+                   min(self.deadline_s, self.ABANDON_S))
         written = set(self._digests)
         for key, future, buffer in self._writes:
+            if not future.done():  # stalled: its thread keeps the buffer; stage into a new one
+                self._abandon("write", key, future)
+                self._free_staging.append(self._link.staging_buffer(self.nbytes))
+                continue
             failed = future.cancelled() or future.exception() is not None
             self._free_staging.append(buffer if failed else future.result()[1])
             if not failed:
                 written.add(key)
-        for _, buffer in self._reads.values():
+        for key, (future, buffer) in self._reads.items():
+            if not future.done():
+                self._abandon("read", key, future)
+                buffer = self._link.prefetch_buffer(self.nbytes)
             self._free_prefetch.append(buffer)
         self._writes.clear()
         self._writing.clear()
@@ -385,12 +376,25 @@ class TransferEngine:
                 log.warning("could not delete u_%d from %r", key, self.storage, exc_info=True)
         self._broken = None
 
+    def _abandon(self, what: str, key: int, future: Outcome) -> None:
+        """Leave a stalled transfer to its thread; a write's state is deleted if it ends."""
+        log.warning("abandoned the Level-2 %s of u_%d on %r: still running after %g s", what,
+                    key, self.storage, min(self.deadline_s, self.ABANDON_S))
+        if what == "write" and isinstance(future, Future):
+            storage = self.storage
+            future.add_done_callback(
+                lambda done: done.exception() is None and key in storage and storage.delete(key))
+
     def close(self) -> None:
-        """Stop the worker threads (after the transfers in flight) and give the idle staging and
-        prefetch buffers to the process's pool; safe to call twice."""
-        # the threads are joined without a timeout: let them finish their work first, awake
-        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()])
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Stop the worker threads (after the transfers in flight, at most the deadline; a
+        stalled one's thread is abandoned and logged) and give the idle staging and prefetch
+        buffers to the process's pool; safe to call twice."""
+        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()],
+                   self.deadline_s)
+        stuck = self._executor.shutdown(wait=True, timeout=self.ABANDON_S)
+        if stuck:
+            log.warning("abandoned the Level-2 threads %s of %r: a transfer never returned",
+                        ", ".join(stuck), self.storage)
         if not self._writes and not self._reads:
             self._link.release(self._free_staging + self._free_prefetch)
             self._free_staging, self._free_prefetch = [], []

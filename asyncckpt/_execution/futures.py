@@ -2,11 +2,14 @@
 so, and a wait that stays awake for signals."""
 from __future__ import annotations
 
+import queue
+import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
 from typing import Any, Protocol
 
-__all__ = ["Completed", "InlineExecutor", "Outcome", "WAKE_S", "wait_awake"]
+__all__ = ["Completed", "DaemonExecutor", "InlineExecutor", "Outcome", "WAKE_S", "wait_awake"]
 
 
 class Outcome(Protocol):
@@ -56,8 +59,10 @@ class InlineExecutor:
         except Exception as exc:  # carried like a worker thread's failure
             return Completed(exception=exc)
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Nothing runs in the background: nothing to stop."""
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False,
+                 timeout: float | None = None) -> list[str]:
+        """Nothing runs in the background: nothing to stop, no thread left."""
+        return []
 
 
 #: Longest the caller's thread sleeps in one wait for a transfer. A signal (Ctrl-C) that the
@@ -66,9 +71,63 @@ class InlineExecutor:
 WAKE_S = 0.05
 
 
-def wait_awake(futures: Iterable[Outcome]) -> None:
-    """``concurrent.futures.wait`` for the futures not yet done, waking every :data:`WAKE_S`."""
+def wait_awake(futures: Iterable[Outcome], timeout: float | None = None) -> bool:
+    """``concurrent.futures.wait`` for the futures not yet done, waking every :data:`WAKE_S`;
+    whether all are done (False once ``timeout`` seconds have passed first)."""
     # an inline transfer's outcome is done by construction: only threads' futures are waited on
     pending = [f for f in futures if isinstance(f, Future) and not f.done()]
+    deadline = None if timeout is None else time.monotonic() + timeout
     while pending:
-        pending = list(wait(pending, timeout=WAKE_S).not_done)
+        step = WAKE_S if deadline is None else min(WAKE_S, deadline - time.monotonic())
+        if step <= 0:
+            return False
+        pending = list(wait(pending, timeout=step).not_done)
+    return True
+
+
+class DaemonExecutor:
+    """``submit``/``shutdown`` on worker threads (named ``{prefix}_{i}``) that never keep the
+    interpreter from exiting: a Level-2 call that never returns leaves its thread behind, not
+    the process. The threads hold no reference to the executor, and stop at a sentinel."""
+
+    def __init__(self, workers: int, prefix: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
+                                       | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=_work, args=(self._queue,),
+                                          name=f"{prefix}_{i}", daemon=True)
+                         for i in range(workers)]
+        self._started = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        if not self._started:
+            self._started = True
+            for thread in self._threads:
+                thread.start()
+        future: Future[Any] = Future()
+        self._queue.put((future, fn, args))
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False,
+                 timeout: float | None = None) -> list[str]:
+        """Stop the threads once the work queued before is done (at most ``timeout`` seconds
+        each, where ``wait``); return the names of those still running (abandoned)."""
+        if not self._started:
+            return []
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join(timeout)
+        return [thread.name for thread in self._threads if thread.is_alive()]
+
+
+def _work(jobs: "queue.SimpleQueue[Any]") -> None:
+    while (job := jobs.get()) is not None:
+        future, fn, args = job
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # carried to the caller's thread by the future
+            future.set_exception(exc)
+        del job, future, fn, args  # a finished job holds no buffer while the thread waits

@@ -18,11 +18,16 @@ class CallGuard:
         self._lock = threading.Lock()
         self._thread: int | None = None
         self._running = ""
+        #: set by ``close()``: every later call is refused
+        self.closed = False
 
     @contextmanager
     def running(self, call: str) -> Iterator[None]:
-        """Run ``call`` (e.g. ``"apply_forward()"``), unless another call runs."""
+        """Run ``call`` (e.g. ``"apply_forward()"``), unless the checkpointer is closed or
+        another call runs."""
         with self._lock:
+            if self.closed:
+                raise UsageError(f"{call}: the AsyncCheckpointer is closed")
             self._refuse(call)
             self._thread, self._running = threading.get_ident(), call
         try:

@@ -146,7 +146,8 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
         staging_buffers=0 if in_level1 else options.staging_buffers,
         prefetch_buffers=0 if in_level1 else AsyncMultistage.prefetch_slots,
         io_threads=options.io_threads if transfers == "background" else 0,
-        verify=options.verify, on_error=options.on_level2_error, link=link)
+        verify=options.verify, on_error=options.on_level2_error, link=link,
+        deadline_s=transfer_deadline(options.transfer_timeout, transfer_costs))
     interpreter = Interpreter(checkpoint, nbytes, dtype, fwd, rev, engine, level1, ranks)
     meter = RunMeter(engine, level1, interpreter, storage, link)
     auto = None
@@ -173,6 +174,21 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
                 device="host" if link.device is None else link.device.name)
     return Parts(link, level1, memory, storage, owns_storage, in_level1, engine, interpreter,
                  meter, runs, transfers, transfer_costs, tier_costs)
+
+
+#: A transfer's deadline where none is given: long enough for any healthy device under load
+DEADLINE_FLOOR_S = 60.0
+#: ... and for a slow one, this many times its probed transfer
+DEADLINE_TRANSFERS = 100
+
+
+def transfer_deadline(given: float | None, costs: tuple[float, float] | None) -> float:
+    """Seconds the caller waits for one transfer: ``given``, else :data:`DEADLINE_FLOOR_S` or,
+    for a device so slow that it matters, :data:`DEADLINE_TRANSFERS` times its probed write
+    and read."""
+    if given is not None:
+        return given
+    return max(DEADLINE_FLOOR_S, DEADLINE_TRANSFERS * sum(costs or (0.0, 0.0)))
 
 
 class Runs:

@@ -48,6 +48,16 @@ def _auto_codec(interval: int | str, dtype: object) -> Codec | None:
         return None
 
 
+def check_seconds(name: str, value: object) -> float:
+    """``value`` as a positive, finite number of seconds, or raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not 0 < value < float("inf"):
+        raise InvalidValueError(f"{name} must be a positive, finite number of seconds, "
+                                f"got {value!r}")
+    return float(value)
+
+
 def check_operator(**operators: object) -> None:
     """Raise unless every operator (by its argument's name) has a callable ``apply`` that takes
     the keywords ``t_start`` and ``t_end`` (pyrevolve's operator protocol), so that a wrong
@@ -170,6 +180,8 @@ class Options:
     blas_threads: int | None
     taping: bool
     keep_trace: bool
+    #: seconds past which a transfer the caller waits for is a stall (None: derived)
+    transfer_timeout: float | None = None
 
     @property
     def adaptive(self) -> bool:
@@ -191,7 +203,7 @@ class Options:
               memory_budget: object, host_memory_budget: object, staging_buffers: object,
               io_threads: object, transfers: object, verify: object, compression: object,
               dtype: object, on_level2_error: object, blas_threads: object, taping: object,
-              keep_trace: object) -> "Options":
+              keep_trace: object, transfer_timeout: object = None) -> "Options":
         """Check every option, raising an error that names the first bad one; ``dtype`` is the
         states' (for the codec of ``compression``)."""
         n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1, MAX_STEPS)
@@ -227,4 +239,6 @@ class Options:
                           else check_int("blas_threads", blas_threads, 1, 2**31 - 1)),
             taping=check_bool("taping", taping),
             keep_trace=check_bool("keep_trace", keep_trace),
+            transfer_timeout=None if transfer_timeout is None else check_seconds(
+                "transfer_timeout", transfer_timeout),
         )

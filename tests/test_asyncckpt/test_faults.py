@@ -4,6 +4,10 @@ file; a corrupted state never yields an adjoint."""
 from __future__ import annotations
 
 import errno
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -409,3 +413,71 @@ def test_a_failing_probe_of_level2_is_a_transfer_error_naming_the_backend() -> N
                           storage=storage)
     assert isinstance(info.value.__cause__, OSError)
     storage.close()
+
+
+class StuckMemory(FaultyMemory):
+    """DRAM Level-2 whose puts, from the ``stick_at``-th on, wait until ``unstick`` is set."""
+
+    def __init__(self, stick_at: int = 3) -> None:
+        super().__init__()
+        self.stick_at, self.unstick = stick_at, threading.Event()
+
+    def put(self, key, buf):
+        if self.puts + 1 >= self.stick_at:
+            self.unstick.wait()
+        super().put(key, buf)
+
+
+def test_a_stalled_write_is_a_transfer_error_within_its_deadline_and_close_is_bounded() -> None:
+    """No transfer had a time limit: a put that never returned hung the forward sweep, close()
+    and the interpreter's exit."""
+    model = RecurrentCell(N)
+    storage = StuckMemory()
+    ckp = AsyncCheckpointer(model, Forward(model), Reverse(model), N, l1_slots=2, interval=2,
+                            storage=storage, transfer_timeout=0.5)
+    try:
+        start = time.monotonic()
+        with pytest.raises(TransferError, match=r"write of u_\d+ .*within 0.5 s") as info:
+            ckp.apply_forward()
+            ckp.apply_reverse()
+        assert time.monotonic() - start < 10
+        assert isinstance(info.value.__cause__, TimeoutError)
+        start = time.monotonic()
+        ckp.close()
+        assert time.monotonic() - start < 5
+    finally:
+        storage.unstick.set()  # the abandoned thread ends, and with it the test's threads
+        ckp.close()
+        storage.close()
+
+
+def test_a_stuck_backend_lets_the_with_block_and_the_process_end_after_ctrl_c(
+        tmp_path: Path) -> None:
+    program = f"""
+import os, signal, sys, threading, time
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from asyncckpt import AsyncCheckpointer, HostMemoryStorage
+from workloads import Forward, RecurrentCell, Reverse
+
+class Stuck(HostMemoryStorage):
+    def put(self, key, buf):
+        if key > 0:
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+            threading.Event().wait()  # never returns
+        super().put(key, buf)
+
+model = RecurrentCell(40)
+try:
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), 40, l1_slots=2, interval=2,
+                           storage=Stuck()) as ckp:
+        ckp.apply_forward()
+except KeyboardInterrupt:
+    interrupted = time.monotonic()
+print("interrupted", flush=True)
+"""
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["interrupted"], done.stderr
+    assert done.returncode == 0
+    assert time.monotonic() - start < 30  # the with block and the exit did not wait for put
