@@ -13,6 +13,7 @@ import math
 
 from ._args import check_int
 from ._errors import CheckpointError
+from .revolve import optimal_recomputations
 
 __all__ = ["ClassicAction", "ClassicRevolve", "ClassicRevolveError", "MAX_SNAPS", "MAX_REPS",
            "adjust", "max_range", "classic_forward_steps"]
@@ -80,14 +81,8 @@ def adjust(steps: int) -> int:
 
 def classic_forward_steps(steps: int, snaps: int) -> int:
     """The recomputing advances (t n - C(s + t, t - 1)) the original predicts for ``steps`` steps
-    with ``snaps`` slots."""
-    steps = check_int("steps", steps, 1)
-    snaps = check_int("snaps", snaps, 1)
-    reps, reach = 0, 1
-    while reach < steps:
-        reps += 1
-        reach = reach * (reps + snaps) // reps
-    return reps * steps - reach * reps // (snaps + 1)
+    with ``snaps`` slots: the optimum, as :func:`schedules.revolve.optimal_recomputations`."""
+    return optimal_recomputations(steps, snaps)
 
 
 def _split(capo: int, fine: int, free: int) -> int:
