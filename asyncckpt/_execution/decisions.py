@@ -118,7 +118,8 @@ class RunDecisions:
 
     def _estimate(self, t: int, last_store: int) -> int:
         running = self.engine.writing_for()
-        expected = self.engine.write_seconds()
+        done, busy_s = self.engine.completed_writes()
+        expected = busy_s / done if done > 0 else None  # a write's mean so far
         stats = self.stats
         step = (stats.forward_compute_s / stats.forward_steps if stats.forward_steps
                 else self.model_tf)

@@ -14,8 +14,6 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from concurrent.futures import Future
-
 import numpy as np
 
 from .._memory.buffers import check_size
@@ -82,6 +80,7 @@ class TransferEngine:
         self._transfers = Transfers(storage, link, verify, self.counters)
         self._free_staging = [link.staging_buffer(nbytes) for _ in range(staging_buffers)]
         self._free_prefetch = [link.prefetch_buffer(nbytes) for _ in range(prefetch_buffers)]
+        self._counts = (staging_buffers, prefetch_buffers)
         # writes in flight, oldest first, and the same futures by key
         self._writes: deque[tuple[int, Outcome, np.ndarray]] = deque()
         self._writing: dict[int, Outcome] = {}
@@ -202,11 +201,6 @@ class TransferEngine:
     def completed_writes(self) -> tuple[int, float]:
         """The Level-2 writes completed this run and their seconds in all."""
         return self.counters.completed(len(self._writes))
-
-    def write_seconds(self) -> float | None:
-        """Mean seconds of the Level-2 writes completed this run (None before the first)."""
-        done, busy_s = self.completed_writes()
-        return busy_s / done if done > 0 else None
 
     def stored_before(self, key: int) -> list[int]:
         """The Level-2 states before u_key, newest first (where a lost u_key is rebuilt from)."""
@@ -340,50 +334,50 @@ class TransferEngine:
         self.check()
 
     def discard(self) -> None:
-        """Abandon the current run: wait for what is in flight (at most :data:`ABANDON_S`; what
-        is still running then is abandoned, its state deleted once it ends), ignore its
-        failures, delete every state this engine wrote, and make the engine usable again."""
+        """Abandon the current run: wait for what is in flight (at most :data:`ABANDON_S`, then
+        abandon it), ignore its failures, delete every state this run wrote, and make the
+        engine usable again, its buffers whole (an interrupt may have taken one)."""
         wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()],
                    min(self.deadline_s, self.ABANDON_S))
-        written = set(self._digests)
+        # every key this run may have written: an interrupt can fall between a write and its record
+        written = set(self._digests) | set(self._sizes) | self._doomed
         for key, future, buffer in self._writes:
-            if not future.done():  # stalled: its thread keeps the buffer; stage into a new one
-                self._abandon("write", key, future)
-                self._free_staging.append(self._link.staging_buffer(self.nbytes))
+            if not future.done():  # stalled: its thread keeps the buffer
+                self._abandon("write", key)
                 continue
             failed = future.cancelled() or future.exception() is not None
             self._free_staging.append(buffer if failed else future.result()[1])
             if not failed:
                 written.add(key)
         for key, (future, buffer) in self._reads.items():
-            if not future.done():
-                self._abandon("read", key, future)
-                buffer = self._link.prefetch_buffer(self.nbytes)
-            self._free_prefetch.append(buffer)
-        self._writes.clear()
-        self._writing.clear()
-        self._reads.clear()
-        self._digests.clear()
-        self._sizes.clear()
-        self._doomed.clear()
-        self.recovery.lost.clear()
-        self.recovery.causes.clear()
+            if future.done():
+                self._free_prefetch.append(buffer)
+            else:
+                self._abandon("read", key)
+        # buffers an interrupt took between a pop and its record, or a stalled transfer keeps
+        for free, count, make in ((self._free_staging, self._counts[0], self._link.staging_buffer),
+                                  (self._free_prefetch, self._counts[1],
+                                   self._link.prefetch_buffer)):
+            free.extend(make(self.nbytes) for _ in range(count - len(free)))
+        for table in (self._writes, self._writing, self._reads, self._digests, self._sizes,
+                      self._doomed, self.recovery.lost, self.recovery.causes):
+            table.clear()
         self.counters.held = 0
         for key in written:
             try:
-                self.storage.delete(key)
+                if key in self.storage:
+                    self.storage.delete(key)
+                else:  # its write may still land: the next write of it replaces it
+                    self._transfers.stale.add(key)
             except Exception:  # noqa: BLE001 - best effort on an abandoned run
                 log.warning("could not delete u_%d from %r", key, self.storage, exc_info=True)
         self._broken = None
 
-    def _abandon(self, what: str, key: int, future: Outcome) -> None:
-        """Leave a stalled transfer to its thread; a write's state is deleted if it ends."""
+    def _abandon(self, what: str, key: int) -> None:
+        """Leave a stalled transfer to its thread (a write that lands later is replaced by the
+        next write of its key: see ``Transfers.stale``)."""
         log.warning("abandoned the Level-2 %s of u_%d on %r: still running after %g s", what,
                     key, self.storage, min(self.deadline_s, self.ABANDON_S))
-        if what == "write" and isinstance(future, Future):
-            storage = self.storage
-            future.add_done_callback(
-                lambda done: done.exception() is None and key in storage and storage.delete(key))
 
     def close(self) -> None:
         """Stop the worker threads (after the transfers in flight, at most the deadline; a

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from ..errors import CorruptionError
+from ..errors import CorruptionError, StorageKeyError
 from ..storage import Storage
 from .counters import TransferCounters
 from .futures import Outcome
@@ -23,6 +23,9 @@ class Transfers:
     def __init__(self, storage: Storage, link: Link, verify: bool,
                  counters: TransferCounters) -> None:
         self.storage, self.link, self.verify, self.counters = storage, link, verify, counters
+        #: keys an abandoned run may have left on Level-2 (an interrupt between a write and its
+        #: record): the next write of one replaces what is there
+        self.stale: set[int] = set()
 
     def write(self, key: int, buffer: np.ndarray, size: int,
                ticket: object = None) -> tuple[int, np.ndarray]:
@@ -40,7 +43,14 @@ class Transfers:
         view = buffer[:size]
         if digest is None:
             digest = self.link.checksum(view) if self.verify else 0
-        buffer = self.storage.put_staged(key, buffer, size)
+        try:
+            buffer = self.storage.put_staged(key, buffer, size)
+        except StorageKeyError:
+            if key not in self.stale:
+                raise
+            self.storage.delete(key)
+            buffer = self.storage.put_staged(key, buffer, size)
+        self.stale.discard(key)
         self.counters.busy(True, linked + time.perf_counter() - start)
         return digest, buffer
 
