@@ -16,8 +16,7 @@ from .errors import MemoryBudgetError
 __all__ = ["DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "available_memory", "check_choice",
            "check_int", "check_operator", "choose_l1_slots", "default_budget",
            "engine_buffers", "environment", "parse_bytes", "parse_flag", "parse_interval",
-           "state_bytes",
-           "world_if_running"]
+           "state_bytes", "world_if_running"]
 
 
 def state_bytes(nbytes: int) -> int:
@@ -52,13 +51,8 @@ def default_budget(nbytes: int, available: int | None = None) -> int:
         return parse_bytes("ASYNCCKPT_MEMORY_BUDGET", text)
     if available is None:
         available = available_memory()
-    budget = int(MEMORY_SHARE * available)
-    if budget // padded(nbytes) < engine_buffers() + 1:
-        raise MemoryBudgetError(
-            f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
-            f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
-        )
-    return budget
+    _slots_in_share(nbytes, available)  # refuses a share with no slot beside the buffers
+    return int(MEMORY_SHARE * available)
 
 
 def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None) -> int:
@@ -68,10 +62,16 @@ def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None)
     schedule uses them."""
     if available is None:
         available = available_memory()
+    return min(_slots_in_share(nbytes, available), n_timesteps)
+
+
+def _slots_in_share(nbytes: int, available: int) -> int:
+    """Level-1 slots of ``nbytes`` that :data:`MEMORY_SHARE` of ``available`` bytes holds
+    beside the staging and prefetch buffers (at least 1, else raise)."""
     fit = int(MEMORY_SHARE * available // padded(nbytes)) - engine_buffers()
     if fit < 1:
         raise MemoryBudgetError(
             f"a state of {nbytes} bytes leaves no room for a Level-1 slot in "
             f"{MEMORY_SHARE:.0%} of the {available / 2**30:.2f} GiB available"
         )
-    return max(1, min(fit, n_timesteps))
+    return fit

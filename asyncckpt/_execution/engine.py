@@ -337,13 +337,14 @@ class TransferEngine:
         """Abandon the current run: wait for what is in flight (at most :data:`ABANDON_S`, then
         abandon it), ignore its failures, delete every state this run wrote, and make the
         engine usable again, its buffers whole (an interrupt may have taken one)."""
+        patience = min(self.deadline_s, self.ABANDON_S)
         wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()],
-                   min(self.deadline_s, self.ABANDON_S))
+                   patience)
         # every key this run may have written: an interrupt can fall between a write and its record
         written = set(self._digests) | set(self._sizes) | self._doomed
         for key, future, buffer in self._writes:
             if not future.done():  # stalled: its thread keeps the buffer
-                self._abandon("write", key)
+                self._abandon("write", key, patience)
                 continue
             failed = future.cancelled() or future.exception() is not None
             self._free_staging.append(buffer if failed else future.result()[1])
@@ -353,7 +354,7 @@ class TransferEngine:
             if future.done():
                 self._free_prefetch.append(buffer)
             else:
-                self._abandon("read", key)
+                self._abandon("read", key, patience)
         # buffers an interrupt took between a pop and its record, or a stalled transfer keeps
         for free, count, make in ((self._free_staging, self._counts[0], self._link.staging_buffer),
                                   (self._free_prefetch, self._counts[1],
@@ -373,11 +374,11 @@ class TransferEngine:
                 log.warning("could not delete u_%d from %r", key, self.storage, exc_info=True)
         self._broken = None
 
-    def _abandon(self, what: str, key: int) -> None:
+    def _abandon(self, what: str, key: int, waited_s: float) -> None:
         """Leave a stalled transfer to its thread (a write that lands later is replaced by the
         next write of its key: see ``Transfers.stale``)."""
         log.warning("abandoned the Level-2 %s of u_%d on %r: still running after %g s", what,
-                    key, self.storage, min(self.deadline_s, self.ABANDON_S))
+                    key, self.storage, waited_s)
 
     def close(self) -> None:
         """Stop the worker threads (after the transfers in flight, at most the deadline; a
@@ -385,7 +386,7 @@ class TransferEngine:
         buffers to the process's pool; safe to call twice."""
         wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()],
                    self.deadline_s)
-        stuck = self._executor.shutdown(wait=True, timeout=self.ABANDON_S)
+        stuck = self._executor.shutdown(timeout=self.ABANDON_S)
         if stuck:
             log.warning("abandoned the Level-2 threads %s of %r: a transfer never returned",
                         ", ".join(stuck), self.storage)

@@ -59,8 +59,7 @@ class InlineExecutor:
         except Exception as exc:  # carried like a worker thread's failure
             return Completed(exception=exc)
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False,
-                 timeout: float | None = None) -> list[str]:
+    def shutdown(self, timeout: float | None = None) -> list[str]:
         """Nothing runs in the background: nothing to stop, no thread left."""
         return []
 
@@ -107,17 +106,15 @@ class DaemonExecutor:
         self._queue.put((future, fn, args))
         return future
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False,
-                 timeout: float | None = None) -> list[str]:
-        """Stop the threads once the work queued before is done (at most ``timeout`` seconds
-        each, where ``wait``); return the names of those still running (abandoned)."""
+    def shutdown(self, timeout: float | None = None) -> list[str]:
+        """Stop the threads once the work queued before is done, waiting at most ``timeout``
+        seconds for each; return the names of those still running (abandoned)."""
         if not self._started:
             return []
         for _ in self._threads:
             self._queue.put(None)
-        if wait:
-            for thread in self._threads:
-                thread.join(timeout)
+        for thread in self._threads:
+            thread.join(timeout)
         return [thread.name for thread in self._threads if thread.is_alive()]
 
 

@@ -28,7 +28,7 @@ class Transfers:
         self.stale: set[int] = set()
 
     def write(self, key: int, buffer: np.ndarray, size: int,
-               ticket: object = None) -> tuple[int, np.ndarray]:
+              ticket: object = None) -> tuple[int, np.ndarray]:
         """Write u_key (its first ``size`` bytes) from a staging buffer, once the link's
         ``ticket`` says it is there; return its checksum and the buffer to stage into next (the
         same one, unless the backend adopted it and gave a spare in exchange)."""
@@ -55,7 +55,7 @@ class Transfers:
         return digest, buffer
 
     def read(self, key: int, buffer: np.ndarray, size: int, digest: int | None,
-              written: Outcome | None) -> None:
+             written: Outcome | None) -> None:
         """Read u_key (``size`` bytes) into a prefetch buffer and make it ready for a load."""
         if written is not None:
             digest = written.result()[0]

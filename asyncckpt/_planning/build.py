@@ -58,11 +58,12 @@ class Parts:
         release(self.link, self.storage if self.owns_storage else None, self.level1)
 
 
-def release(link: Link, storage: Storage | None, level1: Level1) -> None:
-    """Close ``link`` and ``storage`` and give ``level1``'s slots back, each even if another
-    fails."""
+def release(link: Link, storage: Storage | None, level1: Level1 | None) -> None:
+    """Close ``link`` and ``storage`` and give ``level1``'s slots back (where they were made),
+    each even if another fails."""
     with ExitStack() as stack:
-        stack.callback(level1.release)
+        if level1 is not None:
+            stack.callback(level1.release)
         if storage is not None:
             stack.callback(storage.close)
         stack.callback(link.close)
@@ -104,10 +105,8 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
             ranks.fail(failure)  # the other ranks must not wait for this one
         finally:
             try:
-                if link is not None and level1 is not None:
+                if link is not None:
                     release(link, opened, level1)
-                elif link is not None:
-                    link.close()
             finally:
                 ranks.free()
         raise

@@ -20,10 +20,9 @@ def declared_dtype(checkpoint: Any, first: list[Any]) -> "DeclaredDtype | None":
     declared = as_dtype(checkpoint.dtype)
     if not isinstance(first, (list, tuple)) or not first:
         return None
-    arrays = [a for a in first if isinstance(a, np.ndarray)]
-    if len(arrays) < len(first):
+    if not all(isinstance(a, np.ndarray) for a in first):
         return None
-    held = sorted({str(a.dtype) for a in arrays if a.dtype != declared})
+    held = sorted({str(a.dtype) for a in first if a.dtype != declared})
     if not held:
         return None
     warnings.warn(
