@@ -221,8 +221,8 @@ class AsyncCheckpointer:
         assert self._actions is not None
         parts, stats, start = self._parts, self._stats, time.perf_counter()
         try:
-            if until is EndForward:  # fresh slots fault in on several threads, not in the sweep
-                parts.runs.planner.reserve_slots(parts.level1)
+            if until is EndForward:  # the plan's buffers, made before the sweep
+                parts.runs.planner.fit_memory(parts.level1, parts.engine)
             parts.interpreter.sweep(self._actions, until, stats, parts.meter.fit,
                                     self.trace if self.keep_trace else None,
                                     blas_threads=self._options.blas_threads)

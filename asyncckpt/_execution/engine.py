@@ -21,6 +21,7 @@ from .._memory.keytable import KeyTable
 from ..errors import ScheduleError, TransferError
 from ..storage import Storage
 from .counters import TransferCounters
+from .engine_buffers import EngineBuffers
 from .futures import Completed, DaemonExecutor, InlineExecutor, Outcome, wait_awake
 from .link import HostLink, Link
 from .recovery import LinkFailure, Recovery
@@ -78,9 +79,10 @@ class TransferEngine:
         self.counters = TransferCounters()
         self.recovery = Recovery(on_error, repr(storage), self.counters)
         self._transfers = Transfers(storage, link, verify, self.counters)
-        self._free_staging = [link.staging_buffer(nbytes) for _ in range(staging_buffers)]
-        self._free_prefetch = [link.prefetch_buffer(nbytes) for _ in range(prefetch_buffers)]
-        self._counts = (staging_buffers, prefetch_buffers)
+        #: made for each run that uses Level-2 (see :class:`EngineBuffers`)
+        self.buffers = EngineBuffers(link, nbytes, staging_buffers, prefetch_buffers)
+        self._free_staging = self.buffers.free_staging
+        self._free_prefetch = self.buffers.free_prefetch
         # writes in flight, oldest first, and the same futures by key
         self._writes: deque[tuple[int, Outcome, np.ndarray]] = deque()
         self._writing: dict[int, Outcome] = {}
@@ -97,6 +99,11 @@ class TransferEngine:
         self.last_submit = 0.0  # perf_counter() when the latest write was handed over
 
     # -- main-thread side ----------------------------------------------------------------------
+
+    @property
+    def buffers_held(self) -> int:
+        """Staging and prefetch buffers the engine holds now (free or in use)."""
+        return self.buffers.free + len(self._writes) + len(self._reads)
 
     def _read_now(self, key: int, buffer: np.ndarray) -> None:
         """Read u_key into ``buffer`` on the caller's thread (a recovery's read)."""
@@ -167,6 +174,9 @@ class TransferEngine:
     def store(self, key: int, arrays: Sequence[np.ndarray]) -> None:
         """Copy ``arrays`` (u_key) into a staging buffer and write it in the background."""
         self.check()
+        if not self._free_staging and not self._writes:
+            raise ScheduleError(f"store of u_{key}: the engine holds no staging buffer (a run "
+                                "that uses Level-2 is equipped first)")
         if not self._free_staging:
             start = time.perf_counter()
             self._await([self._writes[0][1]], "write", self._writes[0][0])
@@ -336,7 +346,8 @@ class TransferEngine:
     def discard(self) -> None:
         """Abandon the current run: wait for what is in flight (at most :data:`ABANDON_S`, then
         abandon it), ignore its failures, delete every state this run wrote, and make the
-        engine usable again, its buffers whole (an interrupt may have taken one)."""
+        engine usable again (the next run's ``buffers.equip()`` makes any buffer an interrupt
+        or a stalled transfer took)."""
         patience = min(self.deadline_s, self.ABANDON_S)
         wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()],
                    patience)
@@ -355,11 +366,6 @@ class TransferEngine:
                 self._free_prefetch.append(buffer)
             else:
                 self._abandon("read", key, patience)
-        # buffers an interrupt took between a pop and its record, or a stalled transfer keeps
-        for free, count, make in ((self._free_staging, self._counts[0], self._link.staging_buffer),
-                                  (self._free_prefetch, self._counts[1],
-                                   self._link.prefetch_buffer)):
-            free.extend(make(self.nbytes) for _ in range(count - len(free)))
         for table in (self._writes, self._writing, self._reads, self._digests, self._sizes,
                       self._doomed, self.recovery.lost, self.recovery.causes):
             table.clear()
@@ -391,5 +397,4 @@ class TransferEngine:
             log.warning("abandoned the Level-2 threads %s of %r: a transfer never returned",
                         ", ".join(stuck), self.storage)
         if not self._writes and not self._reads:
-            self._link.release(self._free_staging + self._free_prefetch)
-            self._free_staging, self._free_prefetch = [], []
+            self.buffers.release()

@@ -41,6 +41,14 @@ class Level1:
         if count > self.made:
             self._free.extend(self.link.slots(self.nbytes, count - self.made))
 
+    def shed(self, count: int) -> None:
+        """Let free slots go (on the host, to the process pool) until at most ``count`` are
+        made: a run with fewer slots leaves the budget's bytes to the engine and Level-2."""
+        surplus = max(0, min(len(self._free), self.made - count))
+        if surplus:
+            self.link.release(self._free[-surplus:])
+            del self._free[-surplus:]
+
     @property
     def made(self) -> int:
         """Slots made so far (held and free): what a run reuses without new memory."""

@@ -75,6 +75,17 @@ class MemoryPool:
                 self._by_size.setdefault(buffer.nbytes, []).append(buffer)
                 self._held += buffer.nbytes
 
+    def keep_at_most(self, nbytes: int, count: int) -> None:
+        """Let kept buffers for ``nbytes`` go until at most ``count`` are left: what a
+        budgeted checkpointer cannot use beside the buffers it holds is not to stay resident
+        on its account."""
+        with self._lock:
+            for size in dict.fromkeys((nbytes, padded(nbytes))):
+                kept = self._by_size.get(size, [])
+                while len(kept) > count:
+                    self._held -= kept.pop().nbytes
+                count -= len(kept)
+
     def release(self) -> int:
         """Let every kept buffer go; return the bytes released."""
         with self._lock:

@@ -17,6 +17,7 @@ from schedules.model import CodecCosts, adaptive_interval, predict_adaptive
 from .budget import slot_candidates
 from .._memory.buffers import padded
 from .calibrate import measure_fault, probe_forward
+from .._execution.engine import TransferEngine
 from .._execution.interpreter import Interpreter, Level1
 from .._execution.link import HostLink
 from .._execution.ranks import Ranks
@@ -90,7 +91,8 @@ class AutoPlanner:
     SAMPLES_PER_RUN = 8
 
     def __init__(self, planner: Planner, tuner: IntervalTuner, key: tuple[object, ...], *,
-                 slots_fixed: bool, level1: Level1, link: HostLink, ranks: Ranks,
+                 slots_fixed: bool, level1: Level1, engine: TransferEngine, link: HostLink,
+                 ranks: Ranks,
                  on_host: bool, compressor: CompressedStorage | None = None,
                  compress_auto: bool = False) -> None:
         self.planner = planner
@@ -98,6 +100,7 @@ class AutoPlanner:
         self.key = key
         self.slots_fixed = slots_fixed
         self.level1 = level1
+        self.engine = engine
         self.link = link
         self.ranks = ranks
         self.compressor = compressor
@@ -106,7 +109,11 @@ class AutoPlanner:
             assert compressor is not None
             compressor.compress_every = self.SAMPLE_EVERY  # until a run's plan compresses
         if on_host and tuner.fault_s is None:
-            tuner.fault_s = measure_fault(planner.memory.nbytes)
+            # the probe's buffers go to the pool for the run: no more than the budget leaves
+            budget, nbytes = planner.memory.budget, planner.memory.nbytes
+            room = None if budget is None else max(1, budget.buffers - level1.made - (
+                planner.storage.nbytes_held // padded(nbytes)))
+            tuner.fault_s = measure_fault(nbytes, most=room)
         self._compressed = False  # whether the run's plan compresses its Level-2 states
         self._intervals: dict[tuple[int, int | None], int] = {}
 
@@ -145,10 +152,10 @@ class AutoPlanner:
         return self.tuner.n_steps if self.tuner.runs else 100 * (self.planner.l1_slots + 1)
 
     def warm_buffers(self) -> int:
-        """State buffers already faulted in that the next run can use: its slots, the process
-        pool's, and the spares of a DRAM Level-2."""
+        """State buffers already faulted in that the next run can use: its slots, the
+        engine's, the process pool's, and the spares of a DRAM Level-2."""
         nbytes = self.planner.memory.nbytes
-        return (self.level1.made + POOL.count(padded(nbytes))
+        return (self.level1.made + self.engine.buffers_held + POOL.count(padded(nbytes))
                 + self.planner.storage.spares(nbytes))
 
     def before_run(self, stats: Stats, interpreter: Interpreter) -> None:
@@ -251,6 +258,16 @@ class AutoPlanner:
                         tuner.price(used, interval, room, fresh=False, compressed=compressed),
                         tuner.price(used, interval, room, compressed=compressed), transfers,
                         compressed=compressed and interval > 0))
+        if budgeted and planner.n_timesteps is not None:
+            # Revolve in Level-1 alone holds no staging or prefetch buffers: every buffer of the
+            # budget is a slot
+            assert budget is not None
+            alone = min(budget.buffers, max(1, tuner.n_steps - (1 if tuner.taping else 0)))
+            if not any(plan.slots == alone and plan.interval == 0 for plan in plans):
+                # its baselines, for the run's record: no tier has room beside so many slots
+                choice = tuner.choose(alone, None, fresh=False, max_candidates=PRICED_INTERVALS)
+                plans.append(Plan(alone, 0, choice, tuner.price(alone, 0, fresh=False),
+                                  tuner.price(alone, 0), 0))
         if not plans:
             raise MemoryBudgetError(
                 f"memory_budget={None if budget is None else budget.nbytes} bytes leaves no "

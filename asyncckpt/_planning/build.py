@@ -165,6 +165,7 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
             planner, fwd=fwd, rev=rev, transfers=transfers, transfer_costs=transfer_costs,
             tier_costs=tier_costs, copy_s=copy_s, staging_buffers=options.staging_buffers,
             codec_costs=codec_costs, slots_fixed=options.l1_slots is not None, level1=level1,
+            engine=engine,
             link=link, ranks=ranks, on_host=link.device is None, compressor=compressor,
             compress_auto=options.compress_auto)
         if memory.n_timesteps == 1:

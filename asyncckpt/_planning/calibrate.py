@@ -115,11 +115,11 @@ def _burst(storage: Storage, view: np.ndarray, keys: list[int]) -> tuple[float, 
     return wrote / len(written), read / len(written)
 
 
-def measure_fault(nbytes: int, least_bytes: int = 32 << 20) -> float:
+def measure_fault(nbytes: int, least_bytes: int = 32 << 20, most: int | None = None) -> float:
     """Return the seconds to fault in one fresh state buffer of ``nbytes``: the mean over enough
-    new buffers to make ``least_bytes`` (64 at most), which then go to the process pool for the
-    run to use."""
-    count = max(1, min(64, -(-least_bytes // padded(nbytes))))
+    new buffers to make ``least_bytes`` (64 at most, and at most ``most``: the buffers a
+    budget holds), which then go to the process pool for the run to use."""
+    count = max(1, min(64, -(-least_bytes // padded(nbytes)), most or 64))
     start = time.perf_counter()
     buffers = [aligned_buffer(nbytes) for _ in range(count)]
     elapsed = time.perf_counter() - start

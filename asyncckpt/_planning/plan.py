@@ -11,6 +11,7 @@ from schedules import AsyncMultistage, OnlineMultistage, Revolve
 from .._execution.decisions import RunDecisions
 from .budget import MemoryPlan
 from .._memory.buffers import padded
+from .._memory.pool import POOL
 from ..errors import MemoryBudgetError
 from ..storage import Storage, memory_tier, tiers_of
 
@@ -125,6 +126,8 @@ class Planner:
         self.interval = 0
         self._planned = None
         self.schedule = Revolve(n, min(self.l1_slots, n), taping=self.memory.taping)
+        # no staging or prefetch buffers: every byte of the budget may be a slot
+        self.l1_bytes = self.memory.l1_bytes(self.l1_slots, True)
 
     def with_interval(self, interval: int) -> None:
         """Use ``interval`` from now on (the least one, for adaptive and online runs): build its
@@ -147,6 +150,7 @@ class Planner:
             self.storage.reserve(self.memory.nbytes, l2_states)
         self.interval = interval
         self._planned = interval, self.l1_slots
+        self.l1_bytes = self.memory.l1_bytes(self.l1_slots, self.in_level1)
         # an adaptive or online run's schedule is made per run, fed by that run
         self.schedule = (None if self.adaptive or n is None
                          else AsyncMultistage(n, interval, self.l1_slots,
@@ -185,11 +189,28 @@ class Planner:
             l1_bytes=self.l1_bytes, transfers=transfers, taping=self.memory.taping,
             predicted_s=self.predicted_s)
 
-    def reserve_slots(self, level1: Any) -> None:
-        """Make the slots a schedule fixed in advance will hold, before its first step: the
-        fresh ones fault in on several threads together instead of one by one in the sweep."""
-        if isinstance(self.schedule, (Revolve, AsyncMultistage)):
-            level1.reserve(self.schedule.l1_peak)
+    def fit_memory(self, level1: Any, engine: Any) -> None:
+        """Before a run's first step, hold the buffers its plan uses and no more: Level-1's
+        slots (those of a schedule fixed in advance made now, the fresh ones faulting in on
+        several threads together instead of one by one in the sweep), the engine's staging and
+        prefetch buffers only where the run uses Level-2, and under a budget on the host no
+        more kept in the process pool than the budget leaves beside them."""
+        schedule = self.schedule
+        fixed = isinstance(schedule, (Revolve, AsyncMultistage))
+        peak = schedule.l1_peak if isinstance(schedule, (Revolve, AsyncMultistage)) \
+            else self.l1_slots
+        level1.shed(peak)
+        if self._planned is not None:
+            engine.buffers.equip()
+        else:  # Revolve in Level-1 alone: every byte of the budget may be a slot
+            engine.buffers.release()
+        if fixed:
+            level1.reserve(peak)
+        budget, nbytes = self.memory.budget, self.memory.nbytes
+        if budget is not None and self.memory.on_host:
+            held = (level1.made + engine.buffers_held
+                    + self.storage.nbytes_held // padded(nbytes))
+            POOL.keep_at_most(nbytes, max(0, budget.buffers - held))
 
     def record_forward(self, stats: Any) -> None:
         """After a forward sweep: where it ended (unknown n) and the intervals it took."""

@@ -39,7 +39,7 @@ class Storage(abc.ABC):
 
     What the runtime needs to know of a backend it asks of these capabilities, never of its
     class, each with a default here: :attr:`holds_process_memory`, :attr:`nbytes_held`,
-    :meth:`spares`, :attr:`fresh_s`, :attr:`compression`, and for a backend of several tiers
+    :meth:`spares`, :meth:`shed`, :attr:`fresh_s`, :attr:`compression`, and for a backend of several tiers
     :attr:`tiers`, :attr:`capacities`, :meth:`set_byte_limit`, :meth:`counters` and
     :meth:`reset_counters`.
     """
@@ -68,6 +68,11 @@ class Storage(abc.ABC):
         """Buffers of this process's memory kept, already touched, for the next states of
         ``nbytes`` bytes: what a run reuses without faulting fresh memory in (default 0)."""
         return 0
+
+    def shed(self, keep_bytes: int) -> None:
+        """Let spare buffers go (to the process pool) until at most ``keep_bytes`` of this
+        process's memory are held, stored states included: a budget that gives this backend
+        less room gives the rest to Level-1 (default: nothing is kept to let go)."""
 
     @property
     def compression(self) -> Any:
@@ -248,6 +253,9 @@ class WrapperStorage(Storage):
 
     def spares(self, nbytes: int) -> int:
         return self.inner.spares(nbytes)
+
+    def shed(self, keep_bytes: int) -> None:
+        self.inner.shed(keep_bytes)
 
     @property
     def compression(self) -> Any:

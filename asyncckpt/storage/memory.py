@@ -77,6 +77,21 @@ class HostMemoryStorage(Storage):
         with self._lock:
             return len(self._spare.get(padded(nbytes), ()))
 
+    def shed(self, keep_bytes: int) -> None:
+        """Give spare buffers to the process pool until at most ``keep_bytes`` are held."""
+        with self._lock:
+            held = sum(b.nbytes for b in self._buffers())
+            surplus: list[np.ndarray] = []
+            for kept in self._spare.values():
+                while kept and held > keep_bytes:
+                    surplus.append(kept.pop())
+                    held -= surplus[-1].nbytes
+        self._let_go(surplus)
+
+    def _let_go(self, buffers: list[np.ndarray]) -> None:
+        """Hand buffers no longer held to the process pool, for the next that needs one."""
+        POOL.give(buffers)
+
     def reserve(self, nbytes: int, count: int) -> None:
         """Check that ``count`` states of ``nbytes`` fit in the available memory.
 
@@ -154,7 +169,7 @@ class HostMemoryStorage(Storage):
             buffers = self._buffers()
             self._stored.clear()
             self._spare.clear()
-        POOL.give(buffers)
+        self._let_go(buffers)
 
 
 class PinnedMemoryStorage(HostMemoryStorage):
@@ -191,9 +206,6 @@ class PinnedMemoryStorage(HostMemoryStorage):
             self.fresh_s += elapsed
         return buffer
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._stored.clear()  # pinned memory goes back to the device's allocator
-            self._spare.clear()
+    def _let_go(self, buffers: list[np.ndarray]) -> None:
+        """Pinned memory goes back to the device's allocator, not the pool."""
 

@@ -134,9 +134,12 @@ class TieredStorage(Storage):
             self.capacities[tier] = capacity
 
     def set_byte_limit(self, tier: int, nbytes: int | None) -> None:
-        """Change how many bytes of states ``tier`` may hold from now on."""
+        """Change how many bytes of states ``tier`` may hold from now on; a tier in process
+        memory lets its spare buffers beyond them go."""
         with self._lock:
             self.byte_limits[tier] = nbytes
+        if nbytes is not None:
+            self._tiers[tier].shed(nbytes)
 
     def _place(self, key: int, call: str, nbytes: int) -> int:
         size = padded(nbytes)

@@ -177,6 +177,7 @@ def test_a_prefetch_beyond_the_buffers_is_a_schedule_error() -> None:
     with HostMemoryStorage() as storage:
         engine = TransferEngine(storage, 64, staging_buffers=1, prefetch_buffers=1,
                                 io_threads=1, verify=True, on_error="raise")
+        engine.buffers.equip()
         try:
             state = [np.arange(8, dtype=np.float64)]
             engine.store(0, state)
