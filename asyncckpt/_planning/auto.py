@@ -183,6 +183,10 @@ class AutoPlanner:
         # a step's cost in the run's second half over its first (see costs.DRIFT)
         stats.calibration["step_drift"] = fit.drift(self.tuner.tcall)
         self.tuner.learn(stats, fit)
+        planner = self.planner
+        if planner.n_timesteps is not None and not planner.adaptive:
+            self.tuner.learn_residual(stats, planner.capacities(stats.l1_slots),
+                                      compressed=self._compressed)
         if self.planner.n_timesteps is None:
             self.tuner.n_steps = stats.n_timesteps  # the next run's best guess of n
         COSTS.keep(self.key, self.tuner)

@@ -79,11 +79,12 @@ AGREED_LARGEST = ("tf", "tb", "tcall", "tw", "tr", "tc", "fault_s", "tf_busy", "
 
 
 def agree_costs(tuner: IntervalTuner, group: Any) -> None:
-    """Give ``tuner`` the largest of every rank's costs (:data:`AGREED_LARGEST`, each tier's
-    and the codec's too), the fewest warm buffers and the first tier any rank holds in process
+    """Give ``tuner`` the largest of every rank's costs (:data:`AGREED_LARGEST`, each tier's,
+    the codec's and the residual's too), the fewest warm buffers and the first tier any rank holds in process
     memory (``group``: the ranks, :mod:`asyncckpt._execution.ranks`)."""
     mine = {name: getattr(tuner, name) for name in (*AGREED_LARGEST, "warm_buffers",
-                                                    "tier_costs", "codec", "in_memory")}
+                                                    "tier_costs", "codec", "in_memory",
+                                                    "residual")}
     every = group.exchange(mine)
     # Level-2 in process memory on any rank prices its states' faults on all: a rank whose
     # Level-2 is a directory and one whose is DRAM would otherwise price plans differently
@@ -93,6 +94,9 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
         known = [costs[name] for costs in every if costs[name] is not None]
         setattr(tuner, name, max(known) if known else None)
     tuner.warm_buffers = min(costs["warm_buffers"] for costs in every)
+    tuner.residual = {kind: max((costs["residual"][kind] for costs in every
+                                 if costs["residual"][kind] is not None), default=None)
+                      for kind in (False, True)}
     codecs = [costs["codec"] for costs in every]
     tuner.codec = (None if None in codecs else
                    CodecCosts(*(max(getattr(codec, name) for codec in codecs)

@@ -99,6 +99,10 @@ class IntervalTuner:
         self.fault_s = fault_s
         #: state buffers already faulted in that the next run can use
         self.warm_buffers = warm_buffers
+        #: seconds per step that runs took beyond the model's price of their plan
+        #: (what it does not see: a descriptor's calls, cold copies, the runtime's own work),
+        #: for plans without Level-2 (False) and with it (True); None: not measured
+        self.residual: dict[bool, float | None] = {False: None, True: None}
 
     def __repr__(self) -> str:
         def ms(value: float | None) -> str:
@@ -133,6 +137,11 @@ class IntervalTuner:
         tf, tcall, adjoint, tc = (a if a is not None else b for a, b in zip(first, then))
         assert tf is not None and tcall is not None and tc is not None
         tb = tf + (adjoint if adjoint is not None else tf)
+        residual = self.residual[busy]
+        if residual is None:  # what one kind of plan missed, the other most likely misses too
+            residual = self.residual[not busy]
+        if residual:  # a forward step (and the one a taping reverse step makes) costs it
+            tf, tb = max(tf + residual, tf / 2), max(tb + residual, tb / 2)
         tw, tr = self.tw, self.tr
         if compressed:
             codec = self._codec()
@@ -264,6 +273,28 @@ class IntervalTuner:
             self.fault_s = blend(self.fault_s, stats.fresh_s, stats.fresh_buffers)
         self.runs += 1
 
+    def learn_residual(self, stats: Any, capacities: Sequence[int | None] | None, *,
+                       compressed: bool = False) -> None:
+        """After :meth:`learn`: what the completed run (``stats``) took beyond the price of its
+        plan at the costs just learned, faults aside, per step, pooled with earlier
+        runs of plans of its kind (:attr:`residual`). A run far off its prediction thus
+        corrects the price of the next plans."""
+        if not stats.forward_steps:
+            return
+        level2 = stats.interval > 0
+        known, self.residual = self.residual, {False: None, True: None}
+        try:
+            predicted = self.price(stats.l1_slots, stats.interval, capacities, fresh=False,
+                                   compressed=compressed)
+        finally:
+            self.residual = known
+        # the steps the model prices at tf or tb: a taping reverse step's forward call is
+        # counted in forward_steps and priced in tb
+        steps = stats.forward_steps + (0 if self.taping else stats.reverse_steps)
+        gap = (stats.total_s - stats.fresh_s - predicted) / steps
+        before = known[level2]
+        known[level2] = gap if before is None else RUN_DECAY * before + (1 - RUN_DECAY) * gap
+
     def _learn_drifting(self, stats: Any, fit: CallFit) -> None:
         """Take the compute costs of a run whose step cost changed midway (see :data:`DRIFT`)
         from that run alone, for plans with transfers and without alike: the run's mean step is
@@ -317,7 +348,7 @@ class IntervalTuner:
             "tf_s": costs.tf, "tb_s": costs.tb, "tcall_s": costs.tcall, "tw_s": self.tw,
             "tr_s": self.tr, "tc_s": self.tc, "tf_busy_s": self.tf_busy,
             "tcall_busy_s": self.tcall_busy, "tb_busy_s": self.tb_busy, "tc_busy_s": self.tc_busy,
-            "tx_s": self.tx,
+            "tx_s": self.tx, "residual_s": dict(self.residual),
             "tb_measured": self.tb is not None,
             "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",
             "taping": self.taping, "interval": choice.interval,

@@ -424,3 +424,29 @@ def test_ranks_agree_on_which_tier_holds_memory() -> None:
     agree_costs(in_dram, _TwoRanks({"in_memory": None}))
     assert on_disk.in_memory == in_dram.in_memory == 0
     assert on_disk.price(3, 4, None) == in_dram.price(3, 4, None)
+
+
+def test_a_run_off_its_price_corrects_the_next_plans_of_both_kinds() -> None:
+    """What a run took beyond its plan's price, per step, is priced into the next plans: those
+    of its kind, and those of the other kind until one of theirs is measured."""
+    tuner = IntervalTuner(100, 4, 2, inline=False, taping=False, tw=1e-3, tr=1e-3, tc=1e-4,
+                          tf=1e-3, tb=2e-3, runs=1)
+    multistage, revolve = tuner.price(4, 10), tuner.price(4, 0)
+    stats = Stats(n_timesteps=100, l1_slots=4, interval=10)
+    stats.forward_steps, stats.reverse_steps = 150, 100
+    stats.forward_s = multistage + 250 * 2e-4  # 0.2 ms a step beyond the price
+    tuner.learn_residual(stats, None)
+    assert tuner.residual[True] == pytest.approx(2e-4)
+    assert tuner.residual[False] is None
+    assert tuner.price(4, 10) > multistage and tuner.price(4, 0) > revolve
+    # a Revolve run measured at its price: its own kind is priced as measured
+    done = Stats(n_timesteps=100, l1_slots=4, interval=0)
+    done.forward_steps, done.reverse_steps = 300, 100
+    done.forward_s = revolve
+    tuner.learn_residual(done, None)
+    assert tuner.residual[False] == pytest.approx(0.0, abs=1e-12)
+    assert tuner.price(4, 0) == pytest.approx(revolve)
+    # each later run weighs as much as all before it
+    stats.forward_s = multistage
+    tuner.learn_residual(stats, None)
+    assert tuner.residual[True] == pytest.approx(RUN_DECAY * 2e-4)
