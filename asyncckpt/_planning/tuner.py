@@ -41,6 +41,12 @@ class _Kept:
         setattr(getattr(tuner, self.part), self.name, value)
 
 
+#: Until a run with Level-2 transfers has measured what each takes from the compute beside it
+#: (``tx``), it is priced as this many in-memory copies of the state: the transfer's own pass
+#: over it and its checksum's, on memory bandwidth the compute shares (docs/model.md)
+PRIOR_TX_COPIES = 2
+
+
 class IntervalTuner:
     """Measured costs of a checkpointer's runs and the schedule they call for.
 
@@ -128,11 +134,17 @@ class IntervalTuner:
         assert self.tf is not None
         quiet = (self.quiet.tf, self.quiet.tcall, self.quiet.adjoint, self.quiet.tc)
         beside = (self.busy.tf, self.busy.tcall, self.busy.adjoint, self.busy.tc)
-        tx = 0.0
-        if busy and not self.inline and self.tx is not None:
+        tx = self.tx
+        if tx is None and beside == (None,) * 4 and quiet[3] is not None:
+            # no run beside transfers yet: each takes the memory bandwidth of its passes over
+            # the state (the transfer's and its checksum's) from the compute beside it
+            tx = PRIOR_TX_COPIES * quiet[3]
+        if busy and not self.inline and tx is not None:
             # quiet costs and tx per transfer; the reverse call's contention is in tx only
             # where its quiet cost is known (see learn)
-            tx, beside = self.tx, (None, None, beside[2] if quiet[2] is None else None, None)
+            beside = (None, None, beside[2] if quiet[2] is None else None, None)
+        else:
+            tx = 0.0
         first, then = (beside, quiet) if busy and not self.inline else (quiet, beside)
         tf, tcall, adjoint, tc = (a if a is not None else b for a, b in zip(first, then))
         assert tf is not None and tcall is not None and tc is not None

@@ -2,13 +2,15 @@
 knew: pure functions of the numbers, no operators."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from asyncckpt._planning.cost_memory import CostMemory
-from asyncckpt._planning.tuner import (NEAR_TIE, PRIOR_TRANSFERS, RUN_DECAY, CallFit,
-                                       IntervalTuner, Plan, RunMean, cheapest_near_fastest,
-                                       fastest_once_warm)
+from asyncckpt._planning.tuner import (NEAR_TIE, PRIOR_TRANSFERS, PRIOR_TX_COPIES, RUN_DECAY,
+                                       CallFit, IntervalTuner, Plan, RunMean,
+                                       cheapest_near_fastest, fastest_once_warm)
 from asyncckpt.stats import Stats
 from schedules.model import CodecCosts, Costs, choose_interval
 
@@ -234,8 +236,10 @@ def test_steps_beside_background_transfers_are_priced_apart_for_plans_with_level
     first.learn(busy, fit=calls_of(2e-4, 1.5e-3, [1, 10]))
     assert first.tb is None and first.costs().tf == 1.2e-3
     assert first.costs().tb == pytest.approx(1.2e-3 + 3e-3)
-    # until a run with Level-2 traffic has measured them, plans with it take the quiet costs
-    assert quiet_tuner().costs(busy=True) == quiet_tuner().costs()
+    # until a run with Level-2 traffic has measured them, plans with it take the quiet costs,
+    # each transfer taking the bandwidth of PRIOR_TX_COPIES copies from them
+    assert quiet_tuner().costs(busy=True) == replace(quiet_tuner().costs(),
+                                                     tx=PRIOR_TX_COPIES * 6e-4)
 
 
 def test_copies_beside_background_transfers_are_priced_apart_for_plans_with_level2() -> None:
