@@ -28,6 +28,10 @@ from ..devices.base import word_digest
 from ..stats import Stats
 from .timing import CallFit, DeviceTimer
 
+#: Device bytes each staging and prefetch buffer holds beside its state: the word its digest
+#: is computed into (a memory budget on a device counts them)
+DIGEST_WORD_BYTES = 8
+
 __all__ = ["DeviceLink"]
 
 
@@ -79,7 +83,8 @@ class DeviceLink:
 
     def _checked(self, nbytes: int) -> tuple[Any, Any, np.ndarray]:
         """A device buffer, with the device word and page-locked host word of its digest."""
-        return self._empty(nbytes), self._device.empty(8), self._device.pinned(8).view(np.uint64)
+        return (self._empty(nbytes), self._device.empty(DIGEST_WORD_BYTES),
+                self._device.pinned(DIGEST_WORD_BYTES).view(np.uint64))
 
     checksum = staticmethod(word_digest)
 

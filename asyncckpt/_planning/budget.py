@@ -8,6 +8,7 @@ from typing import Any
 
 from schedules import AsyncMultistage
 
+from .._execution.device_link import DIGEST_WORD_BYTES
 from .._memory.buffers import padded
 from ..errors import InvalidValueError, MemoryBudgetError
 
@@ -23,6 +24,8 @@ class Budget:
     nbytes: int
     state_nbytes: int
     engine_buffers: int
+    #: bytes of the budget that hold no state (on a device, the engine buffers' digest words)
+    reserved: int = 0
 
     def __post_init__(self) -> None:
         if self.buffers < 1:
@@ -33,7 +36,7 @@ class Budget:
     @property
     def buffers(self) -> int:
         """State buffers the budget holds."""
-        return self.nbytes // padded(self.state_nbytes)
+        return max(0, self.nbytes - self.reserved) // padded(self.state_nbytes)
 
     @property
     def max_slots_with_level2(self) -> int:
@@ -101,7 +104,8 @@ class MemoryPlan:
         buffers = engine_buffers(options.engine_held)
         budget = None
         if memory_budget is not None:
-            budget = Budget(ranks.min(memory_budget), nbytes, buffers)
+            budget = Budget(ranks.min(memory_budget), nbytes, buffers,
+                            reserved=0 if on_host else DIGEST_WORD_BYTES * buffers)
         host_states = None
         if host_memory_budget is not None:
             if on_host:

@@ -80,8 +80,8 @@ AGREED_LARGEST = ("tf", "tb", "tcall", "tw", "tr", "tc", "fault_s", "tf_busy", "
 
 def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     """Give ``tuner`` the largest of every rank's costs (:data:`AGREED_LARGEST`, each tier's,
-    the codec's and the residual's too), the fewest warm buffers and the first tier any rank holds in process
-    memory (``group``: the ranks, :mod:`asyncckpt._execution.ranks`)."""
+    the codec's and the residuals too), the fewest warm buffers and the first tier any rank
+    holds in process memory (``group``: the ranks, :mod:`asyncckpt._execution.ranks`)."""
     mine = {name: getattr(tuner, name) for name in (*AGREED_LARGEST, "warm_buffers",
                                                     "tier_costs", "codec", "in_memory",
                                                     "residual")}

@@ -87,6 +87,11 @@ class Planner:
         self.n_timesteps = memory.n_timesteps
         #: the tier a budget bounds (None: none is bounded)
         self.dram = memory_tier(storage) if memory.bounds_level2(in_level1) else None
+        #: further tiers in memory (a tmpfs directory beside DRAM): RAM the budget gave the
+        #: DRAM tier, so they hold nothing
+        self.no_room = [] if self.dram is None else [
+            index for index, tier in enumerate(tiers_of(storage))
+            if tier.holds_process_memory and index != self.dram]
         self.interval = 0
         self.schedule: AsyncMultistage | OnlineMultistage | Revolve | None = None
         self.predicted_s: float | None = None
@@ -106,6 +111,8 @@ class Planner:
             # bytes, not states: states smaller than the largest are counted at their size
             self.storage.set_byte_limit(
                 self.dram, self.memory.dram_states(l1_slots) * padded(self.memory.nbytes))
+            for index in self.no_room:
+                self.storage.set_byte_limit(index, 0)
         self.l1_bytes = self.memory.l1_bytes(l1_slots, self.in_level1)
 
     def capacities(self, l1_slots: int) -> list[int | None] | None:
@@ -116,6 +123,8 @@ class Planner:
         capacities = list(known)
         if self.dram is not None:
             capacities[self.dram] = self.memory.dram_states(l1_slots)
+        for index in self.no_room:
+            capacities[index] = 0
         return capacities
 
     def level1_only(self) -> None:
@@ -145,8 +154,9 @@ class Planner:
                     raise MemoryBudgetError(
                         f"interval {interval} keeps {l2_states} states on Level-2, but its tiers "
                         f"hold {room} within memory_budget="
-                        f"{None if budget is None else budget.nbytes} bytes: give a larger "
-                        "interval or budget, or a disk tier")
+                        f"{None if budget is None else budget.nbytes} bytes (a directory on "
+                        "tmpfs is RAM, which the budget counts): give a larger interval or "
+                        "budget, or a disk tier")
             self.storage.reserve(self.memory.nbytes, l2_states)
         self.interval = interval
         self._planned = interval, self.l1_slots

@@ -17,7 +17,8 @@ from .._memory.keytable import KeyTable
 from ..errors import (InvalidTypeError, InvalidValueError, StorageError, StorageFullError,
                       StorageKeyError)
 from .base import Storage, gib
-from .kept import KEPT_FILES, KeptFile, keep_or_release, release_files, take_kept
+from .kept import (KEPT_FILES, KeptFile, keep_or_release, ram_backed, release_files,
+                   take_kept)
 
 __all__ = ["FileStorage", "release_files", "KEPT_FILES"]
 
@@ -115,6 +116,7 @@ class FileStorage(Storage):
         self._record = 0  # bytes per record, fixed by the first put or reserve
         self._backed = 0  # bytes of the file backed by fallocate
         self._where = os.path.realpath(root)
+        self._ram = ram_backed(self._where)  # its file is memory, not disk
         kept = take_kept(self._where, direct)
         if kept is not None:
             self._fd, self._direct_fd, self._backed = kept.fd, kept.direct_fd, kept.nbytes
@@ -156,6 +158,16 @@ class FileStorage(Storage):
 
     def __repr__(self) -> str:
         return f"FileStorage({str(self.path)!r})"
+
+    @property
+    def holds_process_memory(self) -> bool:
+        """Whether the file is RAM (tmpfs, ramfs): a memory budget counts and bounds it."""
+        return self._ram
+
+    @property
+    def nbytes_held(self) -> int:
+        """Bytes of RAM the file holds where it is RAM-backed (else 0: it is on a disk)."""
+        return self._backed if self._ram else 0
 
     def fileno(self) -> int:
         """The descriptor of the backend's one (nameless) file."""
@@ -215,7 +227,7 @@ class FileStorage(Storage):
         """Back at least ``records`` records: a quarter more than now where the device has
         room for it (appends then seldom fall back to the allocator), else just ``records``."""
         ahead = max(records, (self._backed // self._record) * 5 // 4)
-        if ahead > records:
+        if ahead > records and not self._ram:  # in RAM, what is backed is memory held
             try:
                 self._fallocate(ahead)
                 return

@@ -437,7 +437,7 @@ def test_host_memory_holds_each_state_at_its_own_size() -> None:
     storage.close()
 
 
-def test_the_budget_counts_states_at_their_own_size() -> None:
+def test_the_budget_counts_states_at_their_own_size(tmp_path) -> None:
     """A DRAM tier bounded at 4 largest states holds more states when they are smaller."""
     tier = TieredStorage([HostMemoryStorage(), HostMemoryStorage()],
                          byte_limits=[4 * 8192, None])
@@ -455,7 +455,7 @@ def test_the_budget_counts_states_at_their_own_size() -> None:
     reference = store_all_reference(model)
     state = padded(model.width * 8)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=1,
-                           memory_budget=(2 + 4 + 6) * state, storage=["dram", "/dev/shm"]) as ckp:
+                           memory_budget=(2 + 4 + 6) * state, storage=["dram", tmp_path]) as ckp:
         got = forward_reverse(model, ckp)
         dram = ckp.storage.counters()[0]["writes"]
         assert dram > 6  # more than six largest states fit in the six buffers the budget left

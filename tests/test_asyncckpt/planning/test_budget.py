@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -25,6 +26,10 @@ from workloads import (Forward, Leapfrog, RecurrentCell, Reverse, forward_revers
                        store_all_reference)
 
 MODELS = {"recurrent": RecurrentCell, "leapfrog": Leapfrog}
+
+
+def assert_bit_identical(got, want) -> None:
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want, strict=True))
 
 
 def tiers_for(kind: str, root: Path):
@@ -390,3 +395,49 @@ def test_interval_zero_runs_revolve_in_the_budgets_slots_alone() -> None:
     with pytest.raises(ValueError, match=r"interval=0 \(Revolve in Level-1 alone\) needs "
                                          "n_timesteps"):
         AsyncCheckpointer(model, Forward(model), Reverse(model), None, interval=0, l1_slots=2)
+
+
+@pytest.fixture
+def ram_dir():
+    """A directory on tmpfs (/dev/shm), removed after the test."""
+    import shutil
+    import tempfile
+
+    from asyncckpt.storage.kept import ram_backed
+    if not Path("/dev/shm").is_dir() or not ram_backed(os.path.realpath("/dev/shm")):
+        pytest.skip("no tmpfs at /dev/shm")
+    path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="asyncckpt-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_directory_on_tmpfs_is_memory_the_budget_counts(ram_dir: Path, disk_dir: Path) -> None:
+    """Level-2 in a tmpfs directory is RAM: under a budget it holds what the budget leaves
+    beside the slots and the engine (it held every state beyond the budget: 2.1 GB under
+    64 MiB), and beside a DRAM tier it holds nothing; a fixed interval that needs more is
+    refused, saying why."""
+    n = 200
+    model = Leapfrog(n)
+    buffer = padded(check_descriptor(model))
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=20,
+                           storage=ram_dir, memory_budget=20 * buffer) as ckp:
+        assert ckp.storage.holds_process_memory
+        assert ckp.plan.capacities == (20 - 2 - 4,)
+        assert_bit_identical(forward_reverse(model, ckp), reference)
+        assert ckp.l1_bytes + ckp.storage.nbytes_held <= 20 * buffer
+    with pytest.raises(MemoryBudgetError, match="tmpfs is RAM"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=2,
+                          storage=ram_dir, memory_budget=20 * buffer)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2, interval=2,
+                           storage=["dram", ram_dir, disk_dir],
+                           memory_budget=20 * buffer) as ckp:
+        assert ckp.plan.capacities == (20 - 2 - 4, 0, None)
+        assert_bit_identical(forward_reverse(model, ckp), reference)
+        tiers = ckp.stats.l2_tiers
+    assert tiers[1]["writes"] == 0 and tiers[2]["writes"] > 0
+    # auto keeps to the budget too
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, storage=ram_dir,
+                           memory_budget=20 * buffer) as ckp:
+        assert_bit_identical(forward_reverse(model, ckp), reference)
+        assert ckp.storage.nbytes_held <= 20 * buffer
