@@ -123,12 +123,15 @@ def main() -> None:
     workloads = [(w.split(":")[0], int(w.split(":")[1])) for w in args.workloads.split(",")]
     shares = [s.strip() for s in args.shares.split(",") if s.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
-    points = []
+    points, lines = [], []
     for shape, nt in workloads:
         for share in shares:
-            points.append(summary(run_point(shape, nt, share, args)))
+            lines.append(run_point(shape, nt, share, args))
+            points.append(summary(lines[-1]))
             print(json.dumps(points[-1]), flush=True)
     (args.out / "map.json").write_text(json.dumps(points, indent=1))
+    # every point's whole bench_devito line: its plans, costs and where each run's time went
+    (args.out / "lines.json").write_text(json.dumps(lines, indent=1))
     (args.out / "map.md").write_text(table(points) + "\n")
     plot(points, args.out / "map.png")
     print(table(points))

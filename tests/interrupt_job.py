@@ -39,8 +39,8 @@ def main() -> None:
         for point in range(points):
             timer = threading.Timer(rng.uniform(0, 1.2 * length), os.kill,
                                     (os.getpid(), signal.SIGINT))
-            timer.start()
             try:
+                timer.start()
                 run()
                 time.sleep(0.3 * length)  # a late signal lands here, not in the next run
             except KeyboardInterrupt:
@@ -50,13 +50,20 @@ def main() -> None:
             finally:
                 timer.cancel()
                 timer.join()
-            try:
-                run()
+            # on a loaded machine the signal may still land after the timer ended: a run it
+            # cuts short is run again (another test of reuse), one it leaves whole is checked
+            for _ in range(3):
+                try:
+                    run()
+                except KeyboardInterrupt:
+                    continue
+                except Exception as exc:  # noqa: BLE001 - the checkpointer broke for good
+                    bad.append(f"{point}: {exc!r}")
+                    break
                 if any(a.tobytes() != b.tobytes()
                        for a, b in zip(model.gradients(), reference)):
                     bad.append(f"{point}: a wrong gradient after the interrupt")
-            except Exception as exc:  # noqa: BLE001 - the checkpointer broke for good
-                bad.append(f"{point}: {exc!r}")
+                break
     print(json.dumps({"points": points, "interrupted": interrupted, "bad": bad[:10],
                       "bad_count": len(bad)}), flush=True)
 

@@ -31,9 +31,10 @@ class EngineBuffers:
 
     def release(self) -> None:
         """Let the free buffers go to the link (on the host, to the process pool)."""
-        self.link.release(self.free_staging + self.free_prefetch)
-        self.free_staging.clear()
+        free = self.free_staging + self.free_prefetch
+        self.free_staging.clear()  # first: an interrupt then loses a buffer, never shares one
         self.free_prefetch.clear()
+        self.link.release(free)
 
     @property
     def free(self) -> int:

@@ -46,8 +46,11 @@ class Level1:
         made: a run with fewer slots leaves the budget's bytes to the engine and Level-2."""
         surplus = max(0, min(len(self._free), self.made - count))
         if surplus:
-            self.link.release(self._free[-surplus:])
+            # out of the free list first: an interrupt between the two loses a slot, never
+            # lets the pool hand out one still listed here
+            shed = self._free[-surplus:]
             del self._free[-surplus:]
+            self.link.release(shed)
 
     @property
     def made(self) -> int:

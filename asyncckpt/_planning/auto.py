@@ -299,7 +299,8 @@ class AutoPlanner:
         tuner.warm_buffers = self.warm_buffers()
         agree_costs(tuner, self.ranks)
         plans = self._plans()
-        plan = cheapest_near_fastest(plans) if tuner.runs else fastest_once_warm(plans)
+        plan = (cheapest_near_fastest(plans, traffic_priced=tuner.tx is not None)
+                if tuner.runs else fastest_once_warm(plans))
         if log.isEnabledFor(logging.DEBUG):
             self._log(plans, plan)
         slots, interval = plan.slots, plan.interval

@@ -47,16 +47,20 @@ def fastest_once_warm(plans: Sequence[Plan]) -> Plan:
     return min(plans, key=lambda plan: (plan.warm_s, plan.slots))
 
 
-def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan:
+def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE, *,
+                          traffic_priced: bool = False) -> Plan:
     """Among the plans within ``near`` of the fastest once memory is warm, the one whose next
-    run faults in least fresh memory, then one that does not compress, then the one with the
-    fewest Level-2 transfers (then the faster warm, then the fewest slots).
+    run faults in least fresh memory, then one that does not compress, then (unless
+    ``traffic_priced``) the one with the fewest Level-2 transfers, then the faster warm, then
+    the fewest slots.
 
     An adjoint code evaluates many gradients, so the warm time decides; but between plans the
     model cannot tell apart, the next run's faults do, so a run keeps the plan whose memory an
     earlier run left warm instead of flipping on noise (docs/model.md). Then background work
-    decides: what a codec or a transfer takes from the compute beside it is priced only once a
-    run has measured it (docs/benchmarks.md).
+    decides until a run has measured what a transfer takes from the compute beside it
+    (``traffic_priced``): before, it is priced from a guess (docs/benchmarks.md); after, the
+    prices hold it, and the fewest transfers once kept Revolve in Level-1 alone where an
+    interval priced 2% below it ran 10% faster (Devito 2D at 1% of the states).
     """
     if not plans:
         raise ValueError("no plan to choose from")
@@ -64,7 +68,8 @@ def cheapest_near_fastest(plans: Sequence[Plan], near: float = NEAR_TIE) -> Plan
         raise ValueError(f"near must be >= 0, got {near}")
     fastest = min(plan.warm_s for plan in plans)
     return min((plan for plan in plans if plan.warm_s <= fastest * (1 + near)),
-               key=lambda plan: (plan.faults_s, plan.compressed, plan.transfers, plan.warm_s,
+               key=lambda plan: (plan.faults_s, plan.compressed,
+                                 0 if traffic_priced else plan.transfers, plan.warm_s,
                                  plan.slots))
 
 

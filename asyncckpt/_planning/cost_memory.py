@@ -46,6 +46,7 @@ class CostMemory:
         recalled = deepcopy(tuner)
         recalled.quiet, recalled.busy = known.quiet, known.busy
         recalled.runs, recalled.fault_s, recalled.tx = known.runs, known.fault_s, known.tx
+        recalled.residual = known.residual
         if known.codec is not None:
             recalled.codec = known.codec
         recalled.transfers = replace(

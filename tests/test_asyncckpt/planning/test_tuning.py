@@ -40,6 +40,9 @@ def test_among_warm_near_ties_the_plan_with_less_level2_traffic_wins() -> None:
     # and traffic never outweighs a difference beyond the model's noise
     assert cheapest_near_fastest([every_state, plan(583, 5.20 * (1 + 2 * NEAR_TIE), 0.0, 1)]) \
         is every_state
+    # once a run has measured what a transfer takes from the compute, the prices hold it: the
+    # faster warm plan wins
+    assert cheapest_near_fastest([every_state, in_level1], traffic_priced=True) is every_state
 
 
 def test_a_clearly_faster_plan_is_taken_despite_its_faults() -> None:
@@ -454,3 +457,17 @@ def test_a_run_off_its_price_corrects_the_next_plans_of_both_kinds() -> None:
     stats.forward_s = multistage
     tuner.learn_residual(stats, None)
     assert tuner.residual[True] == pytest.approx(RUN_DECAY * 2e-4)
+
+
+def test_the_next_checkpointer_starts_from_the_residual_the_last_one_learned() -> None:
+    """Devito builds a checkpointer per gradient: what the model missed must reach the next one
+    (before it did not, and every gradient ran 1.2 times its prediction)."""
+    memory = CostMemory()
+    def fresh() -> IntervalTuner:
+        return IntervalTuner(100, 4, 2, inline=False, taping=True, tw=1e-3, tr=1e-3, tc=1e-4,
+                             tf=1e-3)
+    learned = fresh()
+    learned.residual = {False: 2e-4, True: None}
+    memory.keep(("key",), learned)
+    assert memory.recall(("key",), fresh()).residual == {False: 2e-4, True: None}
+    assert memory.recall(("other",), fresh()).residual == {False: None, True: None}
