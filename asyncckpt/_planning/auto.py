@@ -257,6 +257,10 @@ class AutoPlanner:
                     room = capacities if used == slots else planner.capacities(used)
                     transfers = (AsyncMultistage(tuner.n_steps, interval, used).l2_states
                                  if interval else 0)
+                    if budgeted and interval and transfers <= 1 and planner.n_timesteps:
+                        # u_0 alone on Level-2 is Revolve in fewer slots than the budget gives
+                        # Revolve in Level-1 alone (priced below): never the faster
+                        continue
                     plans.append(Plan(
                         used, interval, choices[0],
                         tuner.price(used, interval, room, fresh=False, compressed=compressed),

@@ -154,9 +154,9 @@ class Planner:
                     raise MemoryBudgetError(
                         f"interval {interval} keeps {l2_states} states on Level-2, but its tiers "
                         f"hold {room} within memory_budget="
-                        f"{None if budget is None else budget.nbytes} bytes (a directory on "
-                        "tmpfs is RAM, which the budget counts): give a larger interval or "
-                        "budget, or a disk tier")
+                        f"{None if budget is None else budget.nbytes} bytes (tiers in RAM, "
+                        "tmpfs directories included, count against it): give a larger "
+                        "interval or budget, or a disk tier")
             self.storage.reserve(self.memory.nbytes, l2_states)
         self.interval = interval
         self._planned = interval, self.l1_slots

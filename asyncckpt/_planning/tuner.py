@@ -290,8 +290,11 @@ class IntervalTuner:
         """After :meth:`learn`: what the completed run (``stats``) took beyond the price of its
         plan at the costs just learned, faults aside, per step, pooled with earlier
         runs of plans of its kind (:attr:`residual`). A run far off its prediction thus
-        corrects the price of the next plans."""
-        if not stats.forward_steps:
+        corrects the price of the next plans. A first run, which probed the operator, is not
+        learned from."""
+        if not stats.forward_steps or stats.probe_steps:
+            # a probed first run was priced from probes and pays for cold caches and compiled
+            # operators besides: what it missed would price its kind of plan out for good
             return
         level2 = stats.interval > 0
         known, self.residual = self.residual, {False: None, True: None}
