@@ -39,9 +39,9 @@ class Storage(abc.ABC):
 
     What the runtime needs to know of a backend it asks of these capabilities, never of its
     class, each with a default here: :attr:`holds_process_memory`, :attr:`nbytes_held`,
-    :meth:`spares`, :meth:`shed`, :attr:`fresh_s`, :attr:`compression`, and for a backend of several tiers
-    :attr:`tiers`, :attr:`capacities`, :meth:`set_byte_limit`, :meth:`counters` and
-    :meth:`reset_counters`.
+    :meth:`spares`, :meth:`shed`, :attr:`fresh_s`, :attr:`compression`, and for a backend of
+    several tiers :attr:`tiers`, :attr:`capacities`, :meth:`set_byte_limit`, :meth:`counters`
+    and :meth:`reset_counters`.
     """
 
     @property
