@@ -110,10 +110,9 @@ class AutoPlanner:
             compressor.compress_every = self.SAMPLE_EVERY  # until a run's plan compresses
         if on_host and tuner.fault_s is None:
             # the probe's buffers go to the pool for the run: no more than the budget leaves
-            budget, nbytes = planner.memory.budget, planner.memory.nbytes
-            room = None if budget is None else max(1, budget.buffers - level1.made - (
-                planner.storage.nbytes_held // padded(nbytes)))
-            tuner.fault_s = measure_fault(nbytes, most=room)
+            room = planner.room(level1, engine)
+            tuner.fault_s = measure_fault(planner.memory.nbytes,
+                                          most=None if room is None else max(1, room))
         self._compressed = False  # whether the run's plan compresses its Level-2 states
         self._intervals: dict[tuple[int, int | None], int] = {}
 
@@ -318,7 +317,6 @@ class AutoPlanner:
         stats.calibration = tuner.record(plan.choice)
         stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
                                  predicted_faults_s=plan.faults_s, compressed=plan.compressed)
-        stats.l1_slots, stats.l1_bytes = planner.l1_slots, planner.l1_bytes
         # every input is agreed, so one plan is expected; where not, the error says from what
         self.ranks.same("the plan (l1_slots, interval; 0: Level-1 alone)",
                         (planner.l1_slots, interval),
@@ -339,6 +337,7 @@ class AutoPlanner:
                 stats.calibration.update(predicted_total_s=adaptive.total_s,
                                          adaptive_interval=adaptive_interval(costs, interval))
         planner.predicted_s = stats.calibration["predicted_total_s"]
+        stats.l1_slots, stats.l1_bytes = planner.l1_slots, planner.l1_bytes
 
     def interval_for(self, tf: float, tw: float | None) -> int:
         """The interval the model finds fastest for the run's slots were its steps to cost

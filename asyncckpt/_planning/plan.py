@@ -113,7 +113,13 @@ class Planner:
                 self.dram, self.memory.dram_states(l1_slots) * padded(self.memory.nbytes))
             for index in self.no_room:
                 self.storage.set_byte_limit(index, 0)
-        self.l1_bytes = self.memory.l1_bytes(l1_slots, self.in_level1)
+
+    @property
+    def l1_bytes(self) -> int:
+        """Level-1 bytes of the plan: its slots and, unless it runs Revolve in Level-1 alone,
+        the engine's staging and prefetch buffers."""
+        alone = self.in_level1 or isinstance(self.schedule, Revolve)
+        return self.memory.l1_bytes(self.l1_slots, alone)
 
     def capacities(self, l1_slots: int) -> list[int | None] | None:
         """Each Level-2 tier's capacity with ``l1_slots`` slots (None: one untiered Level-2)."""
@@ -135,8 +141,6 @@ class Planner:
         self.interval = 0
         self._planned = None
         self.schedule = Revolve(n, min(self.l1_slots, n), taping=self.memory.taping)
-        # no staging or prefetch buffers: every byte of the budget may be a slot
-        self.l1_bytes = self.memory.l1_bytes(self.l1_slots, True)
 
     def with_interval(self, interval: int) -> None:
         """Use ``interval`` from now on (the least one, for adaptive and online runs): build its
@@ -160,7 +164,6 @@ class Planner:
             self.storage.reserve(self.memory.nbytes, l2_states)
         self.interval = interval
         self._planned = interval, self.l1_slots
-        self.l1_bytes = self.memory.l1_bytes(self.l1_slots, self.in_level1)
         # an adaptive or online run's schedule is made per run, fed by that run
         self.schedule = (None if self.adaptive or n is None
                          else AsyncMultistage(n, interval, self.l1_slots,
@@ -206,21 +209,28 @@ class Planner:
         prefetch buffers only where the run uses Level-2, and under a budget on the host no
         more kept in the process pool than the budget leaves beside them."""
         schedule = self.schedule
-        fixed = isinstance(schedule, (Revolve, AsyncMultistage))
-        peak = schedule.l1_peak if isinstance(schedule, (Revolve, AsyncMultistage)) \
-            else self.l1_slots
+        fixed = schedule if isinstance(schedule, (Revolve, AsyncMultistage)) else None
+        peak = self.l1_slots if fixed is None else fixed.l1_peak
         level1.shed(peak)
         if self._planned is not None:
             engine.buffers.equip()
         else:  # Revolve in Level-1 alone: every byte of the budget may be a slot
             engine.buffers.release()
-        if fixed:
+        if fixed is not None:
             level1.reserve(peak)
-        budget, nbytes = self.memory.budget, self.memory.nbytes
-        if budget is not None and self.memory.on_host:
-            held = (level1.made + engine.buffers_held
-                    + self.storage.nbytes_held // padded(nbytes))
-            POOL.keep_at_most(nbytes, max(0, budget.buffers - held))
+        room = self.room(level1, engine)
+        if room is not None and self.memory.on_host:
+            POOL.keep_at_most(self.memory.nbytes, max(0, room))
+
+    def room(self, level1: Any, engine: Any) -> int | None:
+        """State buffers the memory budget leaves beside those held now by Level-1, the engine
+        and Level-2 in process memory (None: no budget)."""
+        budget = self.memory.budget
+        if budget is None:
+            return None
+        held = (level1.made + engine.buffers_held
+                + self.storage.nbytes_held // padded(self.memory.nbytes))
+        return budget.buffers - held
 
     def record_forward(self, stats: Any) -> None:
         """After a forward sweep: where it ended (unknown n) and the intervals it took."""
