@@ -93,6 +93,9 @@ class Stats:
         Level-2 transfers that failed and were survived (``on_level2_error="recompute"``).
     recovery_steps : int
         Forward steps spent recomputing lost states (included in ``forward_steps``).
+    collectives : int
+        Under MPI, the collective calls this run made (the plan's agreement, agreement points,
+        an online run's decisions, the end of each sweep); 0 in one process.
     calibration : dict
         With ``interval="auto"``: the measured costs and the model's prediction; after the
         reverse sweep also ``measured_over_predicted`` and ``step_drift``, a forward step's
@@ -142,6 +145,7 @@ class Stats:
     l2_failures: int = 0
     recovery_steps: int = 0
     l2_tiers: list[dict[str, float]] = field(default_factory=list)
+    collectives: int = 0
     calibration: dict[str, Any] = field(default_factory=dict)
 
     @property

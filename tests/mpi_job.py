@@ -11,10 +11,15 @@ Every rank owns its own part (a workload seeded by its rank) and checkpoints it 
 - ``write-fails``: the last rank's Level-2 fails on its third write.
 - ``operator-fails``: rank 1's forward operator raises at step 7.
 - ``compat``: ``asyncckpt.compat.Revolver`` without ``comm``, in a running MPI job.
+- ``counts``: a fixed interval of 5 at n = 100 and n = 10000, "adaptive" and "auto": each run's
+  collective calls, and which calls the checkpointer's communicator saw.
+- ``random-failure SEED``: one rank, drawn from SEED, fails at a random step of either sweep (a
+  Level-2 write or read, or its forward or reverse operator).
 """
 from __future__ import annotations
 
 import json
+import random
 import sys
 import tempfile
 import time
@@ -49,10 +54,42 @@ class FailingFile(FaultyMixin, FileStorage):
 
 
 class CrashingForward(Forward):
+    def __init__(self, model, at: int = 7) -> None:
+        super().__init__(model)
+        self.at = at
+
     def apply(self, *, t_start: int, t_end: int) -> None:
-        if t_start <= 7 < t_end:
-            raise RuntimeError("the forward operator crashed at step 7")
+        if t_start <= self.at < t_end:
+            raise RuntimeError(f"the forward operator crashed at step {self.at}")
         super().apply(t_start=t_start, t_end=t_end)
+
+
+class CrashingReverse(Reverse):
+    def __init__(self, model, at: int) -> None:
+        super().__init__(model)
+        self.at = at
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        if t_start == self.at:
+            raise RuntimeError(f"the reverse operator crashed at step {self.at}")
+        super().apply(t_start=t_start, t_end=t_end)
+
+
+class CountingComm:
+    """The checkpointer's communicator, counting the calls made on it by name."""
+
+    def __init__(self, comm) -> None:
+        self.comm, self.calls = comm, {}
+
+    def __getattr__(self, name):
+        method = getattr(self.comm, name)
+        if not callable(method):
+            return method
+
+        def counted(*args, **kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return method(*args, **kwargs)
+        return counted
 
 
 def exact(model, reference) -> bool:
@@ -143,6 +180,62 @@ def compat(root: Path) -> dict:
                 "exact": exact(model, reference), "interval": revolver.stats.interval}
 
 
+def counts(root: Path) -> dict:
+    """Collectives per run: a fixed interval at two n a hundred times apart, and the online
+    and "auto" plans; each rank's adjoint checked against its store-all reference."""
+    results = {}
+    for name, n, interval in (("fixed-100", 100, 5), ("fixed-10000", 10000, 5),
+                              ("adaptive", 400, "adaptive"), ("auto", 400, "auto")):
+        model = RecurrentCell(n, seed=RANK)
+        reference = store_all_reference(model)
+        with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3,
+                               interval=interval, storage=root, comm=COMM) as ckp:
+            counting = ckp.ranks.comm = CountingComm(ckp.ranks.comm)
+            runs = []
+            for _ in range(2):
+                sweep(model, ckp)
+                runs.append({"collectives": ckp.stats.collectives,
+                             "exact": exact(model, reference),
+                             "interval": ckp.stats.interval,
+                             "writes": ckp.stats.l2_writes})
+            results[name] = {"runs": runs, "calls": counting.calls}
+    return results
+
+
+def random_failure(root: Path, seed: int) -> dict:
+    """One rank fails at a random point of either sweep; every rank reports what it raised,
+    and the failing rank how far its forward sweep had gone when the ranks agreed on it."""
+    draw = random.Random(seed)
+    failing, kind = draw.randrange(SIZE), draw.choice(["write", "read", "forward", "reverse"])
+    step = draw.randrange(1, N - 1)
+    model = RecurrentCell(N, seed=RANK)
+    fwd, rev, storage = Forward(model), Reverse(model), root
+    if RANK == failing:
+        if kind == "forward":
+            fwd = CrashingForward(model, at=step)
+        elif kind == "reverse":
+            rev = CrashingReverse(model, at=step)
+        else:
+            at = {"fail_put_at" if kind == "write" else "fail_get_at": 1 + step // 5}
+            storage = FailingFile(root / f"own{RANK}", **at)
+    start = time.perf_counter()
+    ckp = None
+    try:
+        with AsyncCheckpointer(model, fwd, rev, N, l1_slots=3, interval=5, storage=storage,
+                               comm=COMM) as ckp:
+            sweep(model, ckp)
+        raised = message = None
+    except Exception as exc:  # noqa: BLE001 - what each rank saw is the result
+        raised, message = type(exc).__name__, str(exc)
+    finally:
+        if isinstance(storage, FileStorage):
+            storage.close()
+    return {"failing": failing, "kind": kind, "step": step, "raised": raised,
+            "message": message, "seconds": time.perf_counter() - start,
+            "forward_steps": None if ckp is None else ckp.stats.forward_steps,
+            "reverse_steps": None if ckp is None else ckp.stats.reverse_steps}
+
+
 def recompute_refused(root: Path) -> dict:
     model = RecurrentCell(N)
     try:
@@ -155,8 +248,12 @@ def recompute_refused(root: Path) -> dict:
 
 def main() -> None:
     scenario, root = sys.argv[1], Path(sys.argv[2] if len(sys.argv) > 2 else tempfile.gettempdir())
-    result = {"plans": plans, "write-fails": write_fails, "operator-fails": operator_fails,
-              "compat": compat, "recompute-refused": recompute_refused}[scenario](root)
+    if scenario == "random-failure":
+        result = random_failure(root, int(sys.argv[3]))
+    else:
+        result = {"plans": plans, "write-fails": write_fails, "operator-fails": operator_fails,
+                  "compat": compat, "counts": counts,
+                  "recompute-refused": recompute_refused}[scenario](root)
     print(json.dumps({"rank": RANK, "size": SIZE, **result}), flush=True)
 
 

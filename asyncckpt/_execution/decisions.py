@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ..stats import Stats
 from .engine import TransferEngine
-from .ranks import Ranks, SoloRanks
+from .ranks import Ranks, SoloRanks, Ticket
 
 __all__ = ["RunDecisions"]
 
@@ -42,9 +42,12 @@ class RunDecisions:
     model_tf
         A forward step's seconds by the model, until the run has measured one (0: unknown).
     group
-        The ranks of an MPI run, which agree on every answer: store when every rank's write
-        has completed, advance as far as the slowest rank's estimate, stop where any rank's
-        ``stop`` says so.
+        The ranks of an MPI run, which agree on every answer with one reduction per pause:
+        store when every rank's write had completed, advance as far as the slowest rank's
+        estimate, stop where any rank's ``stop`` says so. With n known the reduction is
+        pipelined: started at one pause with what each rank measures there, completed at the
+        next, where its answers are due (one pause late, so no rank waits for it); a run of
+        unknown n needs ``stop`` at once, so it completes its reduction where it starts it.
     reprice
         With ``adaptive``: the interval for a step of ``tf`` seconds (what the run measures
         now, contention included) and writes of ``tw`` seconds (None: as priced). Asked at
@@ -76,26 +79,67 @@ class RunDecisions:
         self._seen_writes = engine.completed_writes()
         self._tf: float | None = None
         self._tw: float | None = None
+        # the ranks' answers: the pause they are for, the reduction under way (and its pause)
+        self._answers: list[float | None] = []
+        self._answered_at = self._asked_at = self._ticket_at = self._last_store = -1
+        self._ticket: Ticket | None = None
 
     def store(self, t: int, last_store: int) -> bool:
         if not self.adaptive:
             return t - last_store >= self.interval
+        busy, staging_full, interval, _ = self._agreed(t, last_store)
         if self._reprice is not None:
-            self.current_interval = int(self.group.max(self._recent_interval()))
+            self.current_interval = int(interval or self.current_interval)
             if t - last_store < self.current_interval:
                 return False
             # the least interval already prices the writes' stalls at the costs the run
             # measures now: past it, a store waits only where it would wait for a buffer
-            return self.group.all(self.engine.staging_free())
-        idle = self.engine.writing_for() is None
-        return self.group.all(idle)
+            return not staging_full
+        return not busy
 
     def advance(self, t: int, last_store: int) -> int:
         short = self.current_interval - (t - last_store)
         if short > 0 or not self.adaptive:
             return max(short, 1)
-        steps = self._estimate(t, last_store)
-        return int(self.group.max(steps))
+        *_, steps = self._agreed(t, last_store)
+        return max(1, int(steps or 1) - (t - self._asked_at))
+
+    def stop(self, t: int) -> bool:
+        stop = self._stop is not None and bool(self._stop(t))
+        if self.group.size == 1:
+            return stop
+        # n unknown: whether u_t ends the run is due now, so this pause's answers are too
+        ticket = self.group.start(self._local(t, self._last_store, stop))
+        answers = ticket.result()[0]
+        self._answers, self._answered_at, self._asked_at = answers[1:], t, t
+        return bool(answers[0])
+
+    def _local(self, t: int, last_store: int, stop: bool = False) -> list[float | None]:
+        """This rank's answers at pause ``t``: stop, a write still running, no staging buffer
+        free, the interval for its recent costs and the steps its running write still takes."""
+        engine = self.engine
+        interval = self._recent_interval() if self._reprice is not None else self.interval
+        return [float(stop), float(engine.writing_for() is not None),
+                float(not engine.staging_free()), float(interval),
+                float(self._estimate(t, last_store))]
+
+    def _agreed(self, t: int, last_store: int) -> list[float | None]:
+        """Every rank's answers (the largest of each), once per pause: under MPI those of the
+        reduction started at the pause before (at a run's first pause, of its own)."""
+        if self.group.size == 1:
+            return self._local(t, last_store)[1:]
+        # a pause asks store() then advance(), with the same last store: after a store at t,
+        # advance() has a whole interval to go and asks nothing
+        self._last_store = last_store
+        if self._answered_at != t:
+            ticket = self.group.start(self._local(t, last_store))
+            due, due_at = self._ticket, self._ticket_at
+            self._ticket, self._ticket_at = ticket, t
+            if due is None:
+                due, due_at = ticket, t
+            self._answers = due.result()[0][1:]
+            self._answered_at, self._asked_at = t, due_at
+        return self._answers
 
     def _recent_interval(self) -> int:
         """The interval for the costs the run measured lately (see ``reprice``)."""
@@ -128,6 +172,4 @@ class RunDecisions:
             return max(1, (t - last_store) // 8)
         return max(1, math.ceil((expected - running) / step))
 
-    def stop(self, t: int) -> bool:
-        stop = self._stop is not None and bool(self._stop(t))
-        return self.group.any(stop)
+

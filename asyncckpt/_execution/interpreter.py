@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, assert_never
 
 import numpy as np
@@ -55,9 +55,16 @@ class Interpreter:
     level1
         The Level-1 slots.
     group
-        The ranks of an MPI run: after each Level-2 store and load they exchange, so that a
-        failure on one rank is raised on all of them there.
+        The ranks of an MPI run. A Level-2 transfer that fails on one rank is noted, and that
+        rank goes on making the schedule's operator calls without Level-2 (its peers exchange
+        halos with it) until the ranks agree on the failure: at an agreement point (see
+        :meth:`_boundary`) or at the end of the sweep.
     """
+
+    #: Agreement points per sweep of an MPI run, at most: a failure costs at most the steps
+    #: between two of them (the reduction of one completes at the next), and their number does
+    #: not grow with n.
+    AGREEMENTS_PER_SWEEP = 8
 
     def __init__(self, checkpoint: Any, nbytes: int, dtype: np.dtype, fwd_operator: Any,
                  rev_operator: Any, engine: TransferEngine, level1: Level1,
@@ -76,6 +83,13 @@ class Interpreter:
         self._known: list[np.ndarray] = []  # the same, checked (device arrays adapted)
         self._known_nbytes = 0
         self.descriptor_s = 0.0  # seconds inside the descriptor's calls
+        #: Level-2 stores expected in a forward sweep of an MPI run, between which it spreads
+        #: its agreement points (0: none but the sweep's end, as in an online run, whose
+        #: decisions agree at every pause); a reverse sweep spreads them over the states its
+        #: forward sweep stored
+        self.expected_stores = 0
+        self._boundaries = 0  # interval boundaries passed this sweep (Level-2 stores, frees)
+        self._expected = 0  # ... expected this sweep
 
     def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
         """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else
@@ -105,15 +119,21 @@ class Interpreter:
         there, or all raise."""
         limit = (nullcontext() if blas_threads is None
                  else threadpool_limits(limits=blas_threads, user_api="blas"))
+        group = self.group
+        calls = group.calls
+        self._expected = self.expected_stores if until is EndForward else self._boundaries
+        self._boundaries = 0
         with limit:
             try:
                 self.run(actions, until, stats, fit, trace)
-                if until is EndReverse:
+                if until is EndReverse and group.failure is None:
                     self.engine.drain()
-                self.group.exchange()
+                group.agree()
             except BaseException as failure:
-                self.group.fail(failure)
+                group.fail(failure)
                 raise
+            finally:
+                stats.collectives += group.calls - calls
 
     def run(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
             stats: Stats, fit: CallFit, trace: list[Action] | None = None) -> None:
@@ -140,21 +160,22 @@ class Interpreter:
                 case Load(step=step, tier=Tier.L1):
                     level1.load(step, self.arrays(step, into=True), self._known_nbytes)
                 case Load(step=step):
-                    if not engine.load(step, self.arrays(step, into=True)):
-                        self._recompute(step, stats)
-                    group.exchange()
+                    self._level2(self._load, step, stats)
                 case Store(step=step, tier=Tier.L1):
                     level1.store(step, self.arrays(step, into=False), self._known_nbytes)
                     stats.l1_peak_slots = max(stats.l1_peak_slots, len(level1.held))
                 case Store(step=step):
-                    engine.store(step, self.arrays(step, into=False))
-                    group.exchange()
+                    self._level2(self._store, step, stats)
+                    self._boundary()
                 case Free(step=step, tier=Tier.L1):
                     level1.free(step)
                 case Free(step=step):
-                    engine.free(step)
+                    if group.failure is None:
+                        engine.free(step)
+                    self._boundary()
                 case Prefetch(step=step):
-                    engine.prefetch(step)
+                    if group.failure is None:
+                        engine.prefetch(step)
                 case EndForward() | EndReverse():
                     if type(action) is until:
                         timer.settle()
@@ -163,6 +184,33 @@ class Interpreter:
                                         f"{until.__name__}")
                 case _:
                     assert_never(action)
+
+    def _store(self, step: int, stats: Stats) -> None:
+        self.engine.store(step, self.arrays(step, into=False))
+
+    def _load(self, step: int, stats: Stats) -> None:
+        if not self.engine.load(step, self.arrays(step, into=True)):
+            self._recompute(step, stats)
+
+    def _level2(self, transfer: Callable[[int, Stats], None], step: int, stats: Stats) -> None:
+        """A Level-2 store or load. On a rank that failed (under MPI) it is skipped: the run
+        goes on to where the ranks agree on the failure and raise."""
+        group = self.group
+        if group.failure is None:
+            try:
+                transfer(step, stats)
+            except Exception as failure:  # noqa: BLE001 - raised where the ranks agree
+                group.note(failure)  # one process: raised here
+
+    def _boundary(self) -> None:
+        """An interval's boundary (a Level-2 state stored, or freed once reversed): an
+        agreement point where one is due, :attr:`AGREEMENTS_PER_SWEEP` spread evenly over the
+        boundaries the sweep expects."""
+        self._boundaries += 1
+        done, expected = self._boundaries, self._expected
+        if expected and (done * self.AGREEMENTS_PER_SWEEP // expected
+                         > (done - 1) * self.AGREEMENTS_PER_SWEEP // expected):
+            self.group.check_in()
 
     def _recompute(self, step: int, stats: Stats) -> None:
         """Rebuild the lost u_step in the live state (and its prefetch buffer): read it once

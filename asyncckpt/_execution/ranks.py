@@ -1,39 +1,93 @@
-"""One plan for every rank of an MPI job: costs reduced across ranks, adaptive decisions agreed,
-and a failure on one rank raised on all of them.
+"""One plan for every rank of an MPI job, agreed with reductions, and a failure on one rank
+raised on all of them without putting the run in lockstep.
 
-Every collective here is one ``allgather`` on a private duplicate of the user's communicator, of
-this rank's failure (or None) and a payload. Because all of them are the same call, a rank that
-fails anywhere joins whichever exchange the others reach next: they learn of it there and raise,
-instead of waiting for a rank that has left the run. mpi4py is imported only by the caller that
-hands in a communicator.
+Every collective here is one ``Iallreduce`` (MAX) of :data:`WORDS` float64 words on a private
+duplicate of the user's communicator: word 0 is the highest failing rank plus one (0: none),
+then the values every rank takes the largest of, then the negated values it takes the least of.
+Because every collective is the same call of the same size, a rank that fails anywhere joins
+whichever collective the others reach next, and they learn of it there.
+
+A failure is agreed on by a rule every rank applies to the same results: where the first
+collective that reports one is the m-th of the group, every rank starts collectives up to the
+(m + :attr:`RankGroup.LAG`)-th, completes them all, takes the failing rank's message from it
+(the only pickled call, on the failure path alone) and raises. Agreement points (``check_in``)
+complete their reduction :attr:`RankGroup.LAG` points later, so no rank waits for one on its
+critical path unless it is that far ahead of another. mpi4py is imported only by the caller
+that hands in a communicator.
 """
 from __future__ import annotations
 
+import math
 import sys
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..errors import InvalidTypeError, RankFailedError
 from ..storage import per_rank
 
-__all__ = ["Ranks", "RankGroup", "SoloRanks", "ranks_of", "world_if_running"]
+__all__ = ["Agreed", "Ranks", "RankGroup", "SoloRanks", "WORDS", "ranks_of", "world_if_running"]
+
+#: The float64 words of every collective: one failure word, then the values agreed on.
+WORDS = 64
+
+#: Values agreed on: (largest, least), None where no rank has one.
+Agreed = tuple[list[float | None], list[float | None]]
+
+
+def _encode(largest: Sequence[float | None], least: Sequence[float | None]) -> np.ndarray:
+    """The send buffer: failure word 0 (set by the caller), then ``largest``, then ``least``
+    negated; None is -inf, which every value beats."""
+    if 1 + len(largest) + len(least) > WORDS:
+        raise ValueError(f"{len(largest)} + {len(least)} values do not fit in one collective "
+                         f"of {WORDS} words")
+    words = np.full(WORDS, -np.inf)
+    words[0] = 0.0
+    for i, value in enumerate(largest, 1):
+        if value is not None:
+            words[i] = value
+    for i, value in enumerate(least, 1 + len(largest)):
+        if value is not None:
+            words[i] = -value
+    return words
+
+
+def _decode(words: np.ndarray, largest: int, least: int) -> Agreed:
+    def value(word: float, sign: float) -> float | None:
+        return None if word == -math.inf else sign * float(word)
+    return ([value(w, 1.0) for w in words[1:1 + largest]],
+            [value(w, -1.0) for w in words[1 + largest:1 + largest + least]])
 
 
 class SoloRanks:
-    """The ranks of a run in one process: every collective returns this process's own value,
+    """The ranks of a run in one process: every agreement returns this process's own values,
     and a failure has no other rank to reach."""
 
     rank = 0
     size = 1
     settled = False
+    failure: BaseException | None = None
+    calls = 0  # collectives made: none
 
     def __repr__(self) -> str:
         return "SoloRanks()"
 
-    def exchange(self, payload: Any = None, failure: BaseException | None = None) -> list[Any]:
-        if failure is not None:
-            raise failure
-        return [payload]
+    def agree(self, largest: Sequence[float | None] = (),
+              least: Sequence[float | None] = ()) -> Agreed:
+        return list(largest), list(least)
+
+    def start(self, largest: Sequence[float | None] = (),
+              least: Sequence[float | None] = ()) -> "Ticket":
+        return Ticket(None, np.zeros(0), len(largest), len(least), (list(largest), list(least)))
+
+    def check_in(self) -> None:
+        """No other rank to hear from."""
+
+    def note(self, failure: BaseException) -> None:
+        """One process has no peers to keep in step with: raise ``failure`` now."""
+        raise failure
 
     def fail(self, failure: BaseException) -> None:
         """Nothing to tell: the caller raises ``failure`` itself."""
@@ -50,7 +104,8 @@ class SoloRanks:
     def any(self, flag: bool) -> bool:
         return bool(flag)
 
-    def same(self, what: str, value: Any, context: Callable[[], Any] | None = None) -> None:
+    def same(self, what: str, value: Sequence[float], context: Callable[[], Any] | None = None
+             ) -> None:
         """One process holds one value."""
 
     def storage_spec(self, storage: Any) -> Any:
@@ -59,6 +114,32 @@ class SoloRanks:
 
     def free(self) -> None:
         """Nothing to free."""
+
+
+class Ticket:
+    """One collective under way: :meth:`result` completes it (and every one started before it,
+    in order) and gives the values agreed on."""
+
+    def __init__(self, group: "RankGroup | None", words: np.ndarray, largest: int, least: int,
+                 known: Agreed | None = None) -> None:
+        self.group, self.words, self.largest, self.least = group, words, largest, least
+        self.request: Any = None
+        self.sent: np.ndarray | None = None  # kept alive until the reduction completes
+        self.done = known is not None
+        self._values = known
+
+    def result(self) -> Agreed:
+        """The values every rank agreed on; raises on every rank where one of them failed."""
+        if not self.done:
+            assert self.group is not None
+            self.group.complete(self)
+        assert self._values is not None
+        return self._values
+
+    def _finish(self) -> None:
+        self.request.Wait()
+        self.done = True
+        self._values = _decode(self.words, self.largest, self.least)
 
 
 class RankGroup:
@@ -71,62 +152,130 @@ class RankGroup:
         user's).
     """
 
+    #: Agreement points a reduction stays open for: started at one, completed at the next.
+    LAG = 1
+
     def __init__(self, comm: Any) -> None:
-        if not all(hasattr(comm, name) for name in ("Dup", "Get_rank", "Get_size")):
+        if not all(hasattr(comm, name) for name in ("Dup", "Get_rank", "Get_size",
+                                                    "Iallreduce")):
             raise InvalidTypeError(f"comm must be an mpi4py communicator, got {type(comm).__name__}")
+        from mpi4py import MPI  # the caller's communicator has imported it already
+        self._max = MPI.MAX
         self.comm = comm.Dup()
         self.rank: int = self.comm.Get_rank()
         self.size: int = self.comm.Get_size()
-        #: a failure was agreed on: no rank expects another exchange from this run (cleared
+        #: a failure was agreed on: no rank expects another collective from this run (cleared
         #: when the next run begins)
         self.settled = False
+        #: this rank's failure, reported at every collective from the one after it happened
+        self.failure: BaseException | None = None
+        self.calls = 0  # collectives started, a count every rank shares
+        self._pending: deque[Ticket] = deque()
+        self._failed_at: tuple[int, int] | None = None  # (the m-th collective, failing rank)
 
     def __repr__(self) -> str:
         return f"RankGroup(rank {self.rank} of {self.size})"
 
-    def exchange(self, payload: Any = None, failure: BaseException | None = None) -> list[Any]:
-        """Every rank's ``payload``, by rank; raises on every rank if any rank reports a
-        failure: the failure itself on its own rank, :class:`RankFailedError` naming the rank
-        and its error on the others."""
-        report = None if failure is None else f"{type(failure).__name__}: {failure}"
-        gathered = self.comm.allgather((report, payload))
-        failed = [(rank, report) for rank, (report, _) in enumerate(gathered) if report]
-        if failed:
-            self.settled = True
-            if failure is not None:
-                raise failure
-            rank, report = failed[0]
-            raise RankFailedError(f"rank {rank} of {self.size} failed ({report}); rank "
-                                  f"{self.rank} stops too")
-        return [payload for _, payload in gathered]
+    def start(self, largest: Sequence[float | None] = (),
+              least: Sequence[float | None] = ()) -> Ticket:
+        """Start a collective agreeing on the largest of ``largest`` and the least of ``least``
+        (the same number of values on every rank)."""
+        sent = _encode(largest, least)
+        if self.failure is not None:
+            sent[0] = self.rank + 1
+        ticket = Ticket(self, np.empty(WORDS), len(largest), len(least))
+        ticket.request = self.comm.Iallreduce(sent, ticket.words, op=self._max)
+        ticket.sent = sent
+        self.calls += 1
+        self._pending.append(ticket)
+        return ticket
+
+    def complete(self, upto: Ticket | None = None) -> None:
+        """Complete the collectives under way, in order, up to ``upto`` (all of them for None);
+        where one reports a failure, agree on it and raise."""
+        while self._pending:
+            ticket = self._pending.popleft()
+            ticket._finish()
+            if self._failed_at is None and ticket.words[0] > 0:
+                self._failed_at = (self.calls - len(self._pending), int(ticket.words[0]) - 1)
+                self._agree_failure()
+            if ticket is upto:
+                return
+
+    def agree(self, largest: Sequence[float | None] = (),
+              least: Sequence[float | None] = ()) -> Agreed:
+        """The largest of every rank's ``largest`` and the least of its ``least``, now."""
+        return self.start(largest, least).result()
+
+    def check_in(self) -> None:
+        """An agreement point: start a reduction of this rank's failure (if any) and complete
+        the one started :attr:`LAG` points ago; raises on every rank where one failed."""
+        self.start()
+        while len(self._pending) > self.LAG:
+            self.complete(self._pending[0])
+
+    def note(self, failure: BaseException) -> None:
+        """This rank failed where it can keep making the schedule's operator calls (a Level-2
+        transfer): report it from the next collective on, and raise it where the ranks agree."""
+        if self.failure is None:
+            self.failure = failure
 
     def fail(self, failure: BaseException) -> None:
-        """Tell the other ranks at their next exchange that this rank failed (then raise it);
-        nothing when a failure was already agreed on."""
-        if not self.settled:
-            self.exchange(failure=failure)
+        """This rank cannot go on: join the collectives the others make until they too know of
+        it (the caller then raises ``failure``); nothing where a failure was agreed on."""
+        if self.settled:
+            return
+        self.note(failure)
+        try:
+            self.agree()
+        except BaseException:  # noqa: BLE001 - the caller raises its own failure
+            pass
+
+    def _agree_failure(self) -> None:
+        """Every rank: start collectives up to the (m + LAG)-th, complete them, raise."""
+        assert self._failed_at is not None
+        m, failing = self._failed_at
+        while self.calls < m + self.LAG:
+            self.start()
+        pending, self._pending = self._pending, deque()
+        for ticket in pending:
+            ticket._finish()
+        own = self.failure
+        report = self.comm.bcast(None if own is None else f"{type(own).__name__}: {own}",
+                                 root=failing)
+        self.settled, self.failure, self._failed_at = True, None, None
+        if own is not None:
+            raise own
+        raise RankFailedError(f"rank {failing} of {self.size} failed ({report}); rank "
+                              f"{self.rank} stops too")
 
     def max(self, value: float) -> float:
-        return max(self.exchange(value))
+        largest, _ = self.agree([value])
+        assert largest[0] is not None
+        return largest[0]
 
     def min(self, value: int) -> int:
-        return min(self.exchange(value))
+        _, least = self.agree(least=[value])
+        assert least[0] is not None
+        return int(least[0])
 
     def all(self, flag: bool) -> bool:
-        return all(self.exchange(bool(flag)))
+        return self.min(int(bool(flag))) == 1
 
     def any(self, flag: bool) -> bool:
-        return any(self.exchange(bool(flag)))
+        return self.max(int(bool(flag))) == 1
 
-    def same(self, what: str, value: Any, context: Callable[[], Any] | None = None) -> None:
-        """Check that every rank holds the same ``value`` (a plan must be one plan); where they
-        differ, the error gives what each rank's ``context()`` returned (what the value was
-        made from)."""
-        pairs = self.exchange((value, None if context is None else context()))
-        values = [v for v, _ in pairs]
-        if any(v != values[0] for v in values):
-            detail = "" if context is None else f"; made from {[c for _, c in pairs][:8]}"
-            raise RankFailedError(f"the ranks disagree on {what}: {values[:8]}{detail}")
+    def same(self, what: str, value: Sequence[float], context: Callable[[], Any] | None = None
+             ) -> None:
+        """Check that every rank holds the same numbers ``value`` (a plan must be one plan);
+        where they differ, the error gives what each rank's ``context()`` returned (what the
+        value was made from), gathered on that path alone."""
+        largest, least = self.agree(list(value), list(value))
+        if largest != least:
+            gathered = self.comm.allgather((list(value), None if context is None else context()))
+            detail = "" if context is None else f"; made from {[c for _, c in gathered][:8]}"
+            raise RankFailedError(f"the ranks disagree on {what}: "
+                                  f"{[v for v, _ in gathered][:8]}{detail}")
 
     def storage_spec(self, storage: Any) -> Any:
         """``storage`` with a private directory of this rank under every path (``rank00003``)."""

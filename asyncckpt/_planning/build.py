@@ -208,6 +208,7 @@ class Runs:
         """A run begins: its measurements (zeroed) and its schedule."""
         planner, auto = self.planner, self.auto
         self.ranks.settled = False  # a failure agreed on in an earlier run is over
+        calls = self.ranks.calls
         n = planner.n_timesteps
         stats = Stats(n_timesteps=n or 0, l1_slots=planner.l1_slots,
                       l1_bytes=planner.l1_bytes, taping=self.taping, device=self.device)
@@ -225,6 +226,10 @@ class Runs:
                 min_interval=None if reprice is None else planner.min_interval()))
         assert planner.schedule is not None
         stats.interval = planner.interval
+        stats.collectives = self.ranks.calls - calls
+        online = planner.adaptive or n is None
+        self.interpreter.expected_stores = (0 if online or not planner.interval
+                                            else -(-n // planner.interval))
         return stats, planner.schedule
 
     def learn(self, stats: Stats) -> None:

@@ -82,28 +82,29 @@ AGREED_LARGEST = ("tf", "tb", "tcall", "tw", "tr", "tc", "fault_s", "tf_busy", "
 def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     """Give ``tuner`` the largest of every rank's costs (:data:`AGREED_LARGEST`, each tier's,
     the codec's and the residuals too), the fewest warm buffers and the first tier any rank
-    holds in process memory (``group``: the ranks, :mod:`asyncckpt._execution.ranks`)."""
-    mine = {name: getattr(tuner, name) for name in (*AGREED_LARGEST, "warm_buffers",
-                                                    "tier_costs", "codec", "in_memory",
-                                                    "residual")}
-    every = group.exchange(mine)
+    holds in process memory, in one reduction (``group``: the ranks,
+    :mod:`asyncckpt._execution.ranks`; every rank prices the same tiers)."""
+    tiers = tuner.tier_costs or []
+    codec = tuner.codec
+    largest = [getattr(tuner, name) for name in AGREED_LARGEST]
+    largest += [tuner.residual[False], tuner.residual[True]]
+    largest += [cost for pair in tiers for cost in pair]
+    largest += [None] * 3 if codec is None else [codec.compress_s, codec.decompress_s,
+                                                 codec.stored]
     # Level-2 in process memory on any rank prices its states' faults on all: a rank whose
     # Level-2 is a directory and one whose is DRAM would otherwise price plans differently
-    held = [costs["in_memory"] for costs in every if costs["in_memory"] is not None]
-    tuner.in_memory = min(held) if held else None
-    for name in AGREED_LARGEST:
-        known = [costs[name] for costs in every if costs[name] is not None]
-        setattr(tuner, name, max(known) if known else None)
-    tuner.warm_buffers = min(costs["warm_buffers"] for costs in every)
-    tuner.residual = {kind: max((costs["residual"][kind] for costs in every
-                                 if costs["residual"][kind] is not None), default=None)
-                      for kind in (False, True)}
-    codecs = [costs["codec"] for costs in every]
-    tuner.codec = (None if None in codecs else
-                   CodecCosts(*(max(getattr(codec, name) for codec in codecs)
-                                for name in ("compress_s", "decompress_s", "stored"))))
+    least = [tuner.in_memory, tuner.warm_buffers, 0 if codec is None else 1]
+    agreed, fewest = group.agree(largest, least)
+    in_memory, warm_buffers, every_codec = fewest
+    tuner.in_memory = None if in_memory is None else int(in_memory)
+    tuner.warm_buffers = int(warm_buffers)
+    named = len(AGREED_LARGEST)
+    for name, value in zip(AGREED_LARGEST, agreed):
+        setattr(tuner, name, value)
+    tuner.residual = {False: agreed[named], True: agreed[named + 1]}
+    rest = agreed[named + 2:]
     if tuner.tier_costs is not None:
-        tuner.tier_costs = [
-            (max(costs["tier_costs"][i][0] for costs in every),
-             max(costs["tier_costs"][i][1] for costs in every))
-            for i in range(len(tuner.tier_costs))]
+        tuner.tier_costs = [(rest[2 * i], rest[2 * i + 1]) for i in range(len(tiers))]
+    compress_s, decompress_s, stored = rest[2 * len(tiers):]
+    tuner.codec = (None if not every_codec else
+                   CodecCosts(compress_s, decompress_s, stored))

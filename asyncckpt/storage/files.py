@@ -17,6 +17,7 @@ from .._memory.keytable import KeyTable
 from ..errors import (InvalidTypeError, InvalidValueError, StorageError, StorageFullError,
                       StorageKeyError)
 from .base import Storage, gib
+from .directories import make_private, remove_made
 from .kept import (KEPT_FILES, KeptFile, keep_or_release, ram_backed, release_files,
                    take_kept)
 
@@ -95,19 +96,7 @@ class FileStorage(Storage):
         if root.exists() and not root.is_dir():
             raise InvalidValueError(f"FileStorage path {str(root)!r} is not a directory")
         if not root.exists():
-            missing = root
-            while not missing.parent.exists():
-                missing = missing.parent
-            try:  # every level made here private (parents=True would make the upper ones 0755)
-                level = missing
-                level.mkdir(mode=0o700)
-                for part in root.relative_to(missing).parts:
-                    level = level / part
-                    level.mkdir(mode=0o700)
-            except OSError as exc:
-                raise InvalidValueError(f"FileStorage path {str(root)!r} does not exist and cannot be "
-                                 f"created: {exc.strerror}") from exc
-            self._made_root = missing
+            self._made_root = make_private(root)
         if not os.access(root, os.W_OK | os.X_OK):
             raise InvalidValueError(f"FileStorage path {str(root)!r} is not writable")
         self.path = root
@@ -367,19 +356,9 @@ class FileStorage(Storage):
         self._remove_made_root()
 
     def _remove_made_root(self) -> None:
-        if self._made_root is None:
-            return
-        # remove only the directories this backend created, and only while empty
-        current = self.path
-        while True:
-            try:
-                current.rmdir()
-            except OSError:
-                break
-            if current == self._made_root:
-                break
-            current = current.parent
-        self._made_root = None
+        if self._made_root is not None:
+            remove_made(self.path, self._made_root)
+            self._made_root = None
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):

@@ -1,5 +1,6 @@
-"""Real mpiexec runs of 2 and 4 ranks on this machine (tests/mpi_job.py): one plan on every rank,
-exact adjoints per rank, and a failure on one rank raised on all of them, none left hanging."""
+"""Real mpiexec runs of 2 to 64 ranks on this machine (tests/mpi_job.py): one plan on every rank,
+exact adjoints per rank, a constant count of collectives per run, and a failure on one rank
+raised on all of them, none left hanging."""
 from __future__ import annotations
 
 import json
@@ -71,6 +72,50 @@ def test_a_failure_on_one_rank_raises_on_every_rank(tmp_path, ranks: int, scenar
         assert [r["again"] for r in results] == [r["raised"] for r in results]
 
 
+@pytest.mark.parametrize("ranks", [
+    2, 4, 8, pytest.param(16, marks=pytest.mark.slow), pytest.param(64, marks=pytest.mark.slow)])
+def test_collectives_per_run_are_a_constant_and_none_is_pickled(tmp_path, ranks: int) -> None:
+    """A fixed interval makes the same number of collectives at n = 100 and n = 10000: the
+    run's own agreement points and the ends of its sweeps, each a reduction of numbers; the
+    communicator sees no other call (no gather, no pickled object)."""
+    results = mpirun(ranks, "counts", tmp_path)
+    for result in results:
+        for name in ("fixed-100", "fixed-10000", "adaptive", "auto"):
+            assert all(run["exact"] for run in result[name]["runs"]), (result["rank"], name)
+            assert set(result[name]["calls"]) == {"Iallreduce", "Free"}, result[name]["calls"]
+        fixed = [run["collectives"] for name in ("fixed-100", "fixed-10000")
+                 for run in result[name]["runs"]]
+        # 8 agreement points in each sweep, and each sweep's end
+        assert fixed == [18, 18, 18, 18], fixed
+        assert result["fixed-10000"]["runs"][0]["writes"] == 2000
+        # "auto" agrees on its costs and its plan once a run, then runs free
+        assert all(run["collectives"] <= 24 for run in result["auto"]["runs"])
+    assert len({json.dumps(r["adaptive"]["runs"]) for r in results}) == 1  # one online plan
+
+
+@pytest.mark.parametrize("ranks, seeds", [(2, range(0, 4)), (4, range(4, 10)), (8, range(10, 13))])
+def test_a_failure_at_a_random_step_of_either_sweep_raises_on_every_rank(
+        tmp_path, ranks: int, seeds: range) -> None:
+    """One rank, drawn at random, fails at a random step: a Level-2 write or read (that rank
+    goes on making its operator calls) or its forward or reverse operator (it stops and joins
+    the others' reductions). Every rank raises: the failing one its own error, the others
+    RankFailedError naming it; a failure in the forward sweep ends it there."""
+    expected = {"write": "TransferError", "read": "TransferError",
+                "forward": "RuntimeError", "reverse": "RuntimeError"}
+    for seed in seeds:
+        results = mpirun(ranks, "", tmp_path / str(seed),
+                         args=["random-failure", str(tmp_path / str(seed)), str(seed)])
+        failing, kind = results[0]["failing"], results[0]["kind"]
+        assert results[failing]["raised"] == expected[kind], (seed, results[failing])
+        for result in results:
+            if result["rank"] != failing:
+                assert result["raised"] == "RankFailedError", (seed, result)
+                assert f"rank {failing} of {ranks} failed ({expected[kind]}" in result["message"]
+            if kind in ("write", "forward"):
+                assert result["reverse_steps"] == 0, (seed, result)  # no reverse sweep begun
+        assert not list((tmp_path / str(seed)).glob("rank*/*"))  # no Level-2 file left
+
+
 def test_compat_plans_over_comm_world_in_a_running_mpi_job(tmp_path) -> None:
     results = mpirun(2, "compat", tmp_path)
     assert all(r["collective"] and r["exact"] for r in results)
@@ -78,9 +123,10 @@ def test_compat_plans_over_comm_world_in_a_running_mpi_job(tmp_path) -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("budget", [None, "512KiB"])
-def test_devito_mpi_gradient_equals_its_full_history_on_every_rank(tmp_path, budget) -> None:
-    """Devito's acoustic gradient under DEVITO_MPI=1 on 2 ranks, unmodified but for the
+@pytest.mark.parametrize("ranks, budget", [(2, None), (2, "512KiB"), (4, "512KiB")])
+def test_devito_mpi_gradient_equals_its_full_history_on_every_rank(tmp_path, ranks: int,
+                                                                   budget) -> None:
+    """Devito's acoustic gradient under DEVITO_MPI=1 on 2 and 4 ranks, unmodified but for the
     Revolver, on its default path: every rank's part equals Devito's own full-history MPI
     gradient bit for bit, twice. The default budget holds every state in Level-1; 512 KiB
     sends the first gradient's through Level-2."""
@@ -91,12 +137,12 @@ def test_devito_mpi_gradient_equals_its_full_history_on_every_rank(tmp_path, bud
     extra = {"DEVITO_MPI": "1"}
     if budget is not None:
         extra["ASYNCCKPT_MEMORY_BUDGET"] = budget
-    results = mpirun(2, "", tmp_path, job=JOB.with_name("devito_mpi_job.py"), args=["600"],
-                     env=extra)
+    results = mpirun(ranks, "", tmp_path, job=JOB.with_name("devito_mpi_job.py"),
+                     args=["600"], env=extra)
     for result in results:
         assert result["exact"] == [True, True], result
         assert all(collective for collective, _, _ in result["plans"])
-    assert results[0]["plans"] == results[1]["plans"]
+        assert result["plans"] == results[0]["plans"]
     if budget is not None:
         # the first gradient goes through Level-2; the next may keep to Level-1 once a run
         # has priced the copies beside the I/O thread

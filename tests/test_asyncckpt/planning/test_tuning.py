@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from asyncckpt._planning.cost_memory import CostMemory
+from asyncckpt._planning.cost_memory import AGREED_LARGEST, CostMemory, agree_costs
 from asyncckpt._planning.tuner import (NEAR_TIE, PRIOR_TRANSFERS, PRIOR_TX_COPIES, RUN_DECAY,
                                        CallFit, IntervalTuner, Plan, RunMean,
                                        cheapest_near_fastest, fastest_once_warm)
@@ -403,19 +403,34 @@ def test_a_lighter_run_lowers_a_path_no_further_than_a_loaded_run_measured_it() 
     assert (single.tw, single.tr) == floor
 
 
+class _OneRank:
+    """The ranks of agree_costs as one process sees them: what it sends is what it gets."""
+
+    sent: tuple[list, list] = ([], [])
+
+    def agree(self, largest: list, least: list) -> tuple[list, list]:
+        self.sent = (list(largest), list(least))
+        return self.sent
+
+
 class _TwoRanks:
-    """The ranks of agree_costs, one in this process: the other rank's values are given."""
+    """The ranks of agree_costs, one in this process, reducing as the MPI reduction does: the
+    other rank's values are those its tuner sends."""
 
-    def __init__(self, other: dict) -> None:
-        self.other = other
+    def __init__(self, other: IntervalTuner) -> None:
+        alone = _OneRank()
+        agree_costs(other, alone)
+        self.other = alone.sent
 
-    def exchange(self, mine: dict) -> list[dict]:
-        return [mine, {**mine, **self.other}]
+    def agree(self, largest: list, least: list) -> tuple[list, list]:
+        def pick(choose, mine, theirs):
+            return [None if a is None and b is None else choose(v for v in (a, b)
+                                                                if v is not None)
+                    for a, b in zip(mine, theirs, strict=True)]
+        return pick(max, largest, self.other[0]), pick(min, least, self.other[1])
 
 
 def test_ranks_agree_on_which_tier_holds_memory() -> None:
-    from asyncckpt._planning.cost_memory import agree_costs
-
     # rank 0 writes Level-2 to a directory, rank 1 to DRAM: with faults priced, each priced
     # its plans differently and the two could choose different plans (a fresh clone's MPI
     # test once failed so)
@@ -427,10 +442,40 @@ def test_ranks_agree_on_which_tier_holds_memory() -> None:
     on_disk, in_dram = tuner(None), tuner(0)
     before = (on_disk.price(3, 4, None), in_dram.price(3, 4, None))
     assert before[0] != before[1]
-    agree_costs(on_disk, _TwoRanks({"in_memory": 0}))
-    agree_costs(in_dram, _TwoRanks({"in_memory": None}))
+    disk_rank, dram_rank = _TwoRanks(tuner(None)), _TwoRanks(tuner(0))
+    agree_costs(on_disk, dram_rank)
+    agree_costs(in_dram, disk_rank)
     assert on_disk.in_memory == in_dram.in_memory == 0
     assert on_disk.price(3, 4, None) == in_dram.price(3, 4, None)
+
+
+def test_ranks_agree_on_every_cost_in_one_reduction() -> None:
+    """Every cost the model prices with, the tiers' and the codec's included, is packed into
+    one reduction of numbers and comes back as the largest of the ranks' (fewest warm
+    buffers; no codec where one rank has none)."""
+    def tuner(scale: float, codec: CodecCosts | None) -> IntervalTuner:
+        made = IntervalTuner(n_steps=400, l1_slots=3, staging_buffers=2, inline=False,
+                             taping=True, tw=1e-4 * scale, tr=2e-4, tc=1e-5, tf=1e-4 * scale,
+                             fault_s=5e-3, warm_buffers=int(4 / scale), in_memory=None)
+        made.tier_costs = [(1e-4 * scale, 2e-4), (3e-3, 4e-3 * scale)]
+        made.codec = codec
+        made.residual = {False: 1e-6 * scale, True: None}
+        return made
+
+    small, large = CodecCosts(1e-3, 2e-3, 0.5), CodecCosts(2e-3, 1e-3, 0.25)
+    one, two = tuner(1.0, small), tuner(2.0, large)
+    agree_costs(one, _TwoRanks(tuner(2.0, large)))
+    agree_costs(two, _TwoRanks(tuner(1.0, small)))
+    for agreed in (one, two):
+        assert (agreed.tw, agreed.tf, agreed.tr, agreed.warm_buffers) == (2e-4, 2e-4, 2e-4, 2)
+        assert agreed.tier_costs == [(2e-4, 2e-4), (3e-3, 8e-3)]
+        assert agreed.codec == CodecCosts(2e-3, 2e-3, 0.5)
+        assert agreed.residual == {False: 2e-6, True: None}
+    assert {name: getattr(one, name) for name in AGREED_LARGEST} == \
+        {name: getattr(two, name) for name in AGREED_LARGEST}
+    without = tuner(1.0, None)
+    agree_costs(without, _TwoRanks(tuner(1.0, small)))
+    assert without.codec is None
 
 
 def test_a_run_off_its_price_corrects_the_next_plans_of_both_kinds() -> None:

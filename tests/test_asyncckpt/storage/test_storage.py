@@ -355,6 +355,33 @@ def test_missing_path_is_created_and_removed(tmp_path: Path) -> None:
     assert not (tmp_path / "a").exists()
 
 
+def test_many_storages_making_one_shared_path_at_once_all_open(tmp_path: Path) -> None:
+    """The ranks of an MPI job make rank00000, rank00001, ... under one missing path at once:
+    a parent another one made meanwhile is no error (it was: 'cannot be created: File
+    exists'), and each removes what it found missing once empty, so none is left behind but
+    the shared path where a rank that found it there closed last."""
+    import threading
+
+    start, opened, errors = threading.Barrier(8), [], []
+
+    def make(rank: int) -> None:
+        start.wait()
+        try:
+            opened.append(FileStorage(tmp_path / "a" / "b" / f"rank{rank:05d}"))
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(rank,)) for rank in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(opened) == 8
+    for storage in opened:
+        storage.close()
+    assert not list((tmp_path / "a").rglob("rank*"))
+
+
 def test_path_that_is_a_file_is_rejected(tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("x")
