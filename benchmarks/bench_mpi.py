@@ -51,7 +51,8 @@ def main() -> int:
                               interval=interval,
                               storage=Path(args.dir) / f"solo{comm.Get_rank()}") as independent:
         for attempt in range(args.repeats + 1):
-            for name, ckp in (("collective", collective), ("independent", independent)):
+            pair = [("collective", collective), ("independent", independent)]
+            for name, ckp in pair if attempt % 2 else pair[::-1]:  # neither always first
                 comm.Barrier()
                 w.reset()
                 start = time.perf_counter()

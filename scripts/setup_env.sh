@@ -10,4 +10,4 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
-.venv/bin/python -m pip install --quiet -e '.[test,experiments,devito,mpi,compression,torch]'
+.venv/bin/python -m pip install --quiet -e '.[test,experiments,devito,mpi,compression,torch,jax]'

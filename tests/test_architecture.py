@@ -50,7 +50,7 @@ def test_the_lower_rooms_import_neither_planning_nor_execution(room):
         assert not bad, (path, bad)
 
 
-@pytest.mark.parametrize("adapter", ["compat", "torch"])
+@pytest.mark.parametrize("adapter", ["compat", "torch", "jax"])
 def test_the_adapters_import_nothing_private(adapter):
     for path in modules_under(adapter):
         private = [m for m in imported_modules(path)

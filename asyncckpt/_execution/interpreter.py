@@ -115,8 +115,8 @@ class Interpreter:
               stats: Stats, fit: CallFit, trace: list[Action] | None = None, *,
               blas_threads: int | None = None) -> None:
         """One sweep: :meth:`run` up to ``until`` with BLAS capped at ``blas_threads``; at the
-        end of the reverse sweep every transfer settled; at the end of either, every rank got
-        there, or all raise."""
+        end of the reverse sweep every transfer settled and every rank got there, or all
+        raise."""
         limit = (nullcontext() if blas_threads is None
                  else threadpool_limits(limits=blas_threads, user_api="blas"))
         group = self.group
@@ -126,9 +126,14 @@ class Interpreter:
         with limit:
             try:
                 self.run(actions, until, stats, fit, trace)
-                if until is EndReverse and group.failure is None:
-                    self.engine.drain()
-                group.agree()
+                if until is EndForward:
+                    # an agreement point like the others, completed at the reverse sweep's
+                    # first: no rank waits here for the slowest one's forward sweep
+                    group.check_in()
+                else:
+                    if group.failure is None:
+                        self.engine.drain()
+                    group.agree()  # the run's last: every reduction completed, or all raise
             except BaseException as failure:
                 group.fail(failure)
                 raise

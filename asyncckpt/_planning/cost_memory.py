@@ -91,6 +91,9 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     largest += [cost for pair in tiers for cost in pair]
     largest += [None] * 3 if codec is None else [codec.compress_s, codec.decompress_s,
                                                  codec.stored]
+    # a reverse call's cost beyond its forward step: tb is the slowest forward step and the
+    # slowest reverse call, never a tb from one rank below a tf from another
+    largest += [tuner.quiet.adjoint, tuner.busy.adjoint]
     # Level-2 in process memory on any rank prices its states' faults on all: a rank whose
     # Level-2 is a directory and one whose is DRAM would otherwise price plans differently
     least = [tuner.in_memory, tuner.warm_buffers, 0 if codec is None else 1]
@@ -105,6 +108,9 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     rest = agreed[named + 2:]
     if tuner.tier_costs is not None:
         tuner.tier_costs = [(rest[2 * i], rest[2 * i + 1]) for i in range(len(tiers))]
-    compress_s, decompress_s, stored = rest[2 * len(tiers):]
+    compress_s, decompress_s, stored, *adjoints = rest[2 * len(tiers):]
+    for part, adjoint in zip((tuner.quiet, tuner.busy), adjoints):
+        if part.tf is not None and adjoint is not None:
+            part.tb = part.tf + adjoint
     tuner.codec = (None if not every_codec else
                    CodecCosts(compress_s, decompress_s, stored))

@@ -455,6 +455,8 @@ def test_a_stuck_backend_lets_the_with_block_and_the_process_end_after_ctrl_c(
         tmp_path: Path) -> None:
     program = f"""
 import os, signal, sys, threading, time
+import faulthandler
+faulthandler.dump_traceback_later(20, exit=True)  # a hang shows every thread's stack
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 from asyncckpt import AsyncCheckpointer, HostMemoryStorage
 from workloads import Forward, RecurrentCell, Reverse

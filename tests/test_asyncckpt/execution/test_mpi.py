@@ -99,7 +99,9 @@ def test_a_failure_at_a_random_step_of_either_sweep_raises_on_every_rank(
     """One rank, drawn at random, fails at a random step: a Level-2 write or read (that rank
     goes on making its operator calls) or its forward or reverse operator (it stops and joins
     the others' reductions). Every rank raises: the failing one its own error, the others
-    RankFailedError naming it; a failure in the forward sweep ends it there."""
+    RankFailedError naming it, by the agreement point after next: 8 points a sweep over its 12
+    intervals of 5 steps, the end of the forward sweep being one, so a failure in the forward
+    sweep is raised within 2 intervals of the reverse sweep."""
     expected = {"write": "TransferError", "read": "TransferError",
                 "forward": "RuntimeError", "reverse": "RuntimeError"}
     for seed in seeds:
@@ -112,7 +114,7 @@ def test_a_failure_at_a_random_step_of_either_sweep_raises_on_every_rank(
                 assert result["raised"] == "RankFailedError", (seed, result)
                 assert f"rank {failing} of {ranks} failed ({expected[kind]}" in result["message"]
             if kind in ("write", "forward"):
-                assert result["reverse_steps"] == 0, (seed, result)  # no reverse sweep begun
+                assert result["reverse_steps"] <= 10, (seed, result)
         assert not list((tmp_path / str(seed)).glob("rank*/*"))  # no Level-2 file left
 
 

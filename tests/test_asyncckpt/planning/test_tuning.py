@@ -478,6 +478,24 @@ def test_ranks_agree_on_every_cost_in_one_reduction() -> None:
     assert without.codec is None
 
 
+def test_agreed_costs_never_put_one_ranks_tb_below_anothers_tf() -> None:
+    """64 ranks once agreed on tf_busy from a rank that had measured no reverse call beside
+    transfers and tb_busy from one whose steps were faster: tb < tf, which the model refuses
+    (InvalidValueError on every rank)."""
+    def tuner(tf_busy: float, tb_busy: float | None) -> IntervalTuner:
+        made = IntervalTuner(n_steps=400, l1_slots=3, staging_buffers=2, inline=False,
+                             taping=True, tw=1e-4, tr=1e-4, tc=1e-5, tf=1e-4, tb=3e-4)
+        made.tf_busy, made.tb_busy = tf_busy, tb_busy
+        return made
+
+    slow, fast = tuner(9e-4, None), tuner(2e-4, 4e-4)
+    agree_costs(slow, _TwoRanks(tuner(2e-4, 4e-4)))
+    agree_costs(fast, _TwoRanks(tuner(9e-4, None)))
+    for agreed in (slow, fast):
+        assert (agreed.tf_busy, agreed.tb_busy) == (9e-4, 9e-4 + 2e-4)
+        agreed.costs(busy=True)  # a valid Costs: tb >= tf
+
+
 def test_a_run_off_its_price_corrects_the_next_plans_of_both_kinds() -> None:
     """What a run took beyond its plan's price, per step, is priced into the next plans: those
     of its kind, and those of the other kind until one of theirs is measured."""

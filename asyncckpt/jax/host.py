@@ -1,0 +1,229 @@
+"""The host side of a checkpointed JAX scan: an :class:`~asyncckpt.AsyncCheckpointer` whose
+steps are the scan's segments, driven by the compiled program's host callbacks.
+
+XLA runs the segments; the checkpointer runs on a thread of its own, one sweep at a time. Each
+segment's first carry reaches it through ``put`` (copied into the live arrays, then staged and
+written on the I/O threads while XLA runs the next segment), and goes back through ``get`` in
+reverse order (prefetched while XLA reverses the segment after it). The two sides meet at a
+one-carry handoff; a failure on either side is raised on the other at its next wait, so an
+error reaches the caller (through the callback that waits) and no thread is left waiting.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..checkpoint import ArrayCheckpoint
+from ..checkpointer import AsyncCheckpointer
+from ..errors import CheckpointError
+from ..stats import Stats
+
+__all__ = ["HostRun", "RUNS", "last_stats"]
+
+#: Seconds between two looks at the other side's failure while a handoff waits.
+POLL_S = 0.05
+
+
+class Handoff:
+    """One carry at a time from one thread to another, either side able to fail the other."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._item: Any = None
+        self._full = False
+        self.failure: BaseException | None = None
+
+    def give(self, item: Any) -> None:
+        with self._ready:
+            while self._full and self.failure is None:
+                self._ready.wait(POLL_S)
+            self._raise_failure()
+            self._item, self._full = item, True
+            self._ready.notify_all()
+
+    def take(self) -> Any:
+        with self._ready:
+            while not self._full and self.failure is None:
+                self._ready.wait(POLL_S)
+            self._raise_failure()
+            item, self._item, self._full = self._item, None, False
+            self._ready.notify_all()
+            return item
+
+    def fail(self, failure: BaseException) -> None:
+        with self._ready:
+            if self.failure is None:
+                self.failure = failure
+            self._ready.notify_all()
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise CheckpointError(f"the checkpointed scan stopped: {self.failure!r}") \
+                from self.failure
+
+
+class _Forward:
+    """The checkpointer's forward operator: segment s's end carry, as XLA hands it over."""
+
+    def __init__(self, run: "HostRun") -> None:
+        self.run = run
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        if t_end < self.run.segments:  # nobody reads the final carry from the live arrays
+            self.run.receive(self.run.carries.take())
+
+
+class _Reverse:
+    """The checkpointer's reverse operator: segment s's first carry (restored in the live
+    arrays) handed to XLA, which reverses the segment from it."""
+
+    def __init__(self, run: "HostRun") -> None:
+        self.run = run
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        self.run.restored.give([array.copy() for array in self.run.live])
+
+
+class HostRun:
+    """One differentiated call of the scan: its checkpointer, its sweeps' thread and the
+    handoffs the callbacks use.
+
+    Parameters
+    ----------
+    shapes, dtypes
+        The carry's leaves.
+    segments
+        The checkpointer's steps: segment s starts at the carry ``put(s, ...)`` hands over.
+    options
+        :class:`~asyncckpt.AsyncCheckpointer`'s (``memory_budget``, ``storage``,
+        ``compression``, ...).
+    """
+
+    def __init__(self, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[Any], segments: int,
+                 options: dict[str, Any]) -> None:
+        self.segments = segments
+        self.live = [np.empty(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
+        self.carries, self.restored = Handoff(), Handoff()
+        self.checkpointer = AsyncCheckpointer(
+            ArrayCheckpoint(self.live), _Forward(self), _Reverse(self), segments, interval=1,
+            taping=False, **options)
+        self._thread: threading.Thread | None = None
+        self.failure: BaseException | None = None
+        self.stats: Stats | None = None
+
+    def receive(self, carry: Sequence[np.ndarray]) -> None:
+        for target, leaf in zip(self.live, carry):
+            np.copyto(target, leaf)
+
+    def put(self, segment: int, carry: Sequence[np.ndarray]) -> None:
+        """Segment ``segment``'s first carry, from the forward sweep's callback: copied, the
+        callback returns while the checkpointer stages and writes it."""
+        copied = [np.array(leaf, copy=True) for leaf in carry]
+        if segment == 0:
+            self.receive(copied)
+            self._start(self.checkpointer.apply_forward)
+        else:
+            self.carries.give(copied)
+
+    def get(self, segment: int) -> list[np.ndarray]:
+        """Segment ``segment``'s first carry, for the reverse sweep's callback (the last
+        segment's first: the reverse sweep begins)."""
+        if segment == self.segments - 1:
+            self._join()
+            self._start(self._reverse)
+        carry: list[np.ndarray] = self.restored.take()
+        if segment == 0:
+            self._join()
+        return carry
+
+    def _reverse(self) -> None:
+        try:
+            self.checkpointer.apply_reverse()
+            self.stats = self.checkpointer.stats
+        finally:
+            self.checkpointer.close()
+
+    def _start(self, sweep: Callable[[], None]) -> None:
+        def run() -> None:
+            try:
+                sweep()
+            except BaseException as failure:  # noqa: BLE001 - raised on the callbacks' side
+                self.failure = failure
+                self.carries.fail(failure)
+                self.restored.fail(failure)
+                self.checkpointer.close()
+        self._thread = threading.Thread(target=run, name="asyncckpt-jax-sweep", daemon=True)
+        self._thread.start()
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.failure is not None:
+            raise CheckpointError(f"the checkpointed scan stopped: {self.failure!r}") \
+                from self.failure
+
+    def abort(self, failure: BaseException) -> None:
+        """The compiled program failed or was dropped: end the sweep and let go of Level-2."""
+        self.carries.fail(failure)
+        self.restored.fail(failure)
+        if self._thread is not None:
+            self._thread.join()
+        self.checkpointer.close()
+
+
+class Runs:
+    """The host runs under way, by the id the compiled program carries between callbacks."""
+
+    def __init__(self) -> None:
+        self._runs: dict[int, HostRun] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.last_stats: Stats | None = None
+
+    def open(self, make: Callable[[], HostRun]) -> int:
+        run = make()
+        with self._lock:
+            key = next(self._ids)
+            self._runs[key] = run
+        return key
+
+    def __getitem__(self, key: int) -> HostRun:
+        with self._lock:
+            run = self._runs.get(int(key))
+        if run is None:
+            raise CheckpointError(f"checkpoint_scan run {int(key)} is not under way (its "
+                                  "backward came twice, or after a failure)")
+        return run
+
+    def close(self, key: int) -> None:
+        with self._lock:
+            run = self._runs.pop(int(key), None)
+        if run is not None and run.stats is not None:
+            self.last_stats = run.stats
+
+    def fail(self, key: int, failure: BaseException) -> None:
+        with self._lock:
+            run = self._runs.pop(int(key), None)
+        if run is not None:
+            run.abort(failure)
+
+    def abort_all(self) -> None:
+        """Every run still under way ends (at exit, or when the caller drops a backward)."""
+        with self._lock:
+            runs, self._runs = list(self._runs.values()), {}
+        for run in runs:
+            run.abort(CheckpointError("checkpoint_scan runs were ended"))
+
+
+#: The process's runs.
+RUNS = Runs()
+
+
+def last_stats() -> Stats | None:
+    """The :class:`~asyncckpt.Stats` of the checkpointer of the last completed backward."""
+    return RUNS.last_stats

@@ -1,0 +1,341 @@
+"""``checkpoint_scan``: ``jax.lax.scan`` whose carries stream to host memory and disk."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import io_callback
+
+from ..errors import InvalidTypeError, InvalidValueError
+from ..planning import default_budget, engine_buffers, parse_bytes, state_bytes
+from .host import RUNS, HostRun
+
+__all__ = ["Plan", "checkpoint_scan", "plan_scan"]
+
+#: The share of the budget one segment's backward (its steps' residuals, stored all) may take;
+#: the checkpointer keeps the rest for its buffers and Level-2 in DRAM.
+SEGMENT_SHARE = 0.75
+#: What a segment costs beyond its steps: two host callbacks and a handoff each way.
+CALLBACK_S = 2e-4
+#: A carry's write before Level-2 has measured one: a disk's rate.
+PRIOR_WRITE_BPS = 1e9
+#: A segment is long enough that its steps hide this many times its carry's write and its
+#: callbacks.
+HIDE = 4.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a scan is cut and checkpointed: ``n`` steps in segments of ``interval`` (the last
+    may be shorter), each segment's first carry on Level-2, its backward storing its steps'
+    residuals (or, with ``remat``, their carries alone, recomputing the rest)."""
+
+    n: int
+    interval: int
+    remat: bool
+    options: tuple[tuple[str, Any], ...]
+
+    @property
+    def full(self) -> int:
+        """Segments of ``interval`` steps."""
+        return self.n // self.interval
+
+    @property
+    def rest(self) -> int:
+        """Steps of the shorter last segment (0: none)."""
+        return self.n - self.full * self.interval
+
+    @property
+    def segments(self) -> int:
+        return self.full + (1 if self.rest else 0)
+
+
+def _nbytes(tree: Any) -> int:
+    return sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+               for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def _step_seconds(fn: Any, carry: Any, x: Any, consts: list[Any]) -> float:
+    """A compiled step's seconds (median of 5 after a warm call), on the carry's shapes."""
+    compiled = jax.jit(fn)
+    seconds = []
+    # evaluated now, also where an outer jax.jit is tracing the scan
+    with jax.ensure_compile_time_eval():
+        zeros = partial(jax.tree_util.tree_map, lambda leaf: jnp.zeros(leaf.shape, leaf.dtype))
+        args = (zeros(carry), zeros(x), *zeros(consts))
+        jax.block_until_ready(compiled(*args))
+        for _ in range(5):
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            seconds.append(time.perf_counter() - start)
+    return float(np.median(seconds))
+
+
+def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float, *,
+              memory_budget: int | None, interval: int | str = "auto",
+              write_bps: float = PRIOR_WRITE_BPS) -> tuple[int, bool, int]:
+    """The interval, whether segments recompute their steps' residuals, and the checkpointer's
+    memory budget, for ``n`` steps whose carry takes ``carry_bytes`` and whose backward keeps
+    ``residual_bytes`` a step.
+
+    "auto": segments of about sqrt(n) steps (as many carries on Level-2 as in one segment's
+    backward), at least as many as hide a carry's write and the callbacks ``HIDE`` times over,
+    and at most what :data:`SEGMENT_SHARE` of the budget holds; where not one step's residuals
+    fit, the steps' carries alone (``remat``).
+    """
+    budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
+    share = int(SEGMENT_SHARE * budget)
+    per_step = residual_bytes + carry_bytes
+    remat = per_step > share
+    if remat:
+        per_step = 2 * carry_bytes
+    if isinstance(interval, int):
+        chosen = interval
+    else:
+        hide = math.ceil(HIDE * (CALLBACK_S + carry_bytes / write_bps) / max(step_s, 1e-9))
+        chosen = max(math.isqrt(n), hide)
+        chosen = max(1, min(chosen, n, share // max(per_step, 1)))
+    held = chosen * per_step
+    least = (engine_buffers() + 1) * state_bytes(carry_bytes)
+    return chosen, remat, max(budget - held, least)
+
+
+def _check_leaves(tree: Any, what: str) -> list[Any]:
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    for path, leaf in leaves:
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            raise InvalidTypeError(f"{what} leaf {jax.tree_util.keystr(path) or '(root)'} is a "
+                                   f"{type(leaf).__name__}, expected an array")
+    return [leaf for _, leaf in leaves]
+
+
+def _check_carry(given: Any, returned: Any) -> None:
+    """The carry ``step`` returns must be the one it was given: structure, shapes, dtypes."""
+    given_tree, returned_tree = (jax.tree_util.tree_structure(given),
+                                 jax.tree_util.tree_structure(returned))
+    if given_tree != returned_tree:
+        raise InvalidValueError(f"step returned a carry of structure {returned_tree}, it was "
+                                f"given {given_tree}")
+    pairs = zip(jax.tree_util.tree_leaves_with_path(given), jax.tree_util.tree_leaves(returned))
+    for (path, a), b in pairs:
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise InvalidValueError(
+                f"step returned carry leaf {jax.tree_util.keystr(path) or '(root)'} of shape "
+                f"{tuple(b.shape)} and dtype {b.dtype}; it was given {tuple(a.shape)}, {a.dtype}")
+
+
+def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None = None,
+                    memory_budget: int | str | None = None, storage: Any = None,
+                    interval: int | str = "auto", compression: Any = None,
+                    **options: Any) -> tuple[Any, Any]:
+    """``jax.lax.scan(step, carry, xs, length)``, differentiable in bounded memory: the forward
+    sweep sends every segment's first carry to asyncckpt's Level-2 (host memory within the
+    budget, the disk beyond it) through host callbacks, and the backward takes them back in
+    reverse order, recomputing and back-propagating one segment at a time.
+
+    Parameters
+    ----------
+    step : callable
+        ``step(carry, x) -> (carry, y)``, traceable by JAX; the carry it returns of the
+        structure, shapes and dtypes it was given.
+    carry : pytree of arrays
+        The initial carry (floating leaves: it is differentiated).
+    xs : pytree of arrays, optional
+        Scanned along their first dimension; None with ``length``.
+    length : int, optional
+        The steps, where ``xs`` is None (or to check it).
+    memory_budget : int or str, optional
+        Bytes for one segment's backward and the checkpointer (its buffers and the carries it
+        keeps in DRAM); default: a quarter of the available memory.
+    storage, compression, **options
+        As :class:`~asyncckpt.AsyncCheckpointer`'s: Level-2 beyond the budget (default: the
+        temporary directory), a codec for the carries.
+    interval : int or "auto"
+        Steps per segment; "auto": see :func:`plan_scan`.
+
+    Returns
+    -------
+    (final carry, stacked ys)
+        As ``lax.scan`` returns them. Differentiable (``jax.grad``, ``jax.vjp``, under
+        ``jax.jit``) with respect to ``carry``, ``xs`` and the arrays ``step`` closes over.
+    """
+    carry_leaves = _check_leaves(carry, "carry")
+    if not carry_leaves:
+        raise InvalidValueError("carry must hold at least one array")
+    for path, leaf in jax.tree_util.tree_leaves_with_path(carry):
+        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            raise InvalidTypeError(f"carry leaf {jax.tree_util.keystr(path) or '(root)'} has "
+                                   f"dtype {leaf.dtype}; checkpoint_scan differentiates the "
+                                   "carry, so its leaves must be floating")
+    xs_leaves = _check_leaves(xs, "xs") if xs is not None else []
+    lengths = {int(leaf.shape[0]) if leaf.ndim else -1 for leaf in xs_leaves}
+    if -1 in lengths or len(lengths) > 1:
+        raise InvalidValueError(f"xs leaves must share their first dimension (the steps), got "
+                                f"shapes {[tuple(leaf.shape) for leaf in xs_leaves]}")
+    n = lengths.pop() if lengths else length
+    if length is not None and n != length:
+        raise InvalidValueError(f"length={length} but xs hold {n} steps")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidValueError(f"checkpoint_scan needs n >= 1 steps: xs with a first "
+                                f"dimension, or length; got {n!r}")
+    if not (interval == "auto" or (isinstance(interval, int) and not isinstance(interval, bool)
+                                   and interval >= 1)):
+        raise InvalidValueError(f"interval must be 'auto' or an int >= 1, got {interval!r}")
+    x0 = None if xs is None else jax.tree_util.tree_map(lambda leaf: leaf[0], xs)
+    fn, consts = jax.closure_convert(step, carry, x0)
+    returned, y0 = jax.eval_shape(fn, carry, x0, *consts)
+    _check_carry(carry, returned)
+    # what a step's backward keeps: the residuals of its cotangents in the carry and the
+    # closed-over arrays
+    residuals = jax.eval_shape(
+        lambda c, x, *k: jax.tree_util.tree_leaves(
+            jax.vjp(lambda c, *k: fn(c, x, *k), c, *k)[1]),
+        carry, x0, *consts)
+    budget = None if memory_budget is None else parse_bytes("memory_budget", memory_budget)
+    chosen, remat, checkpointer_budget = plan_scan(
+        n, _nbytes(carry), _nbytes(residuals), _step_seconds(fn, carry, x0, consts),
+        memory_budget=budget, interval=interval if interval == "auto" else min(interval, n))
+    if compression is not None:
+        options["compression"] = compression
+    plan = Plan(n, chosen, remat, tuple(sorted({
+        **options, "storage": storage, "memory_budget": checkpointer_budget}.items())))
+    return _checkpointed(fn, plan, carry, xs, list(consts))
+
+
+def _segments(tree: Any, plan: Plan) -> tuple[Any, Any]:
+    """``tree``'s leaves (steps first) as the full segments, (full, interval, ...), and the
+    rest, (rest, ...)."""
+    cut = plan.full * plan.interval
+    main = jax.tree_util.tree_map(
+        lambda leaf: leaf[:cut].reshape(plan.full, plan.interval, *leaf.shape[1:]), tree)
+    rest = jax.tree_util.tree_map(lambda leaf: leaf[cut:], tree)
+    return main, rest
+
+
+def _joined(main: Any, rest: Any, plan: Plan) -> Any:
+    """The inverse of :func:`_segments`."""
+    def join(a: Any, b: Any) -> Any:
+        parts = [] if plan.full == 0 else [a.reshape(plan.full * plan.interval, *a.shape[2:])]
+        return jnp.concatenate(parts + ([b] if plan.rest else []))
+    if plan.full == 0:
+        return rest
+    if plan.rest == 0:
+        return jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), main)
+    return jax.tree_util.tree_map(join, main, rest)
+
+
+def _body(fn: Any, consts: list[Any]) -> Any:
+    return lambda c, x: fn(c, x, *consts)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _checkpointed(fn: Any, plan: Plan, carry: Any, xs: Any, consts: list[Any]) -> Any:
+    return lax.scan(_body(fn, consts), carry, xs, length=plan.n)
+
+
+def _open(plan: Plan, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> Any:
+    key = RUNS.open(lambda: HostRun(shapes, dtypes, plan.segments, dict(plan.options)))
+    return np.int32(key)
+
+
+def _put(key: Any, segment: Any, carry: Any) -> None:
+    try:
+        RUNS[key].put(int(segment), jax.tree_util.tree_leaves(carry))
+    except BaseException as failure:
+        RUNS.fail(key, failure)
+        raise
+
+
+def _get(treedef: Any, key: Any, segment: Any) -> Any:
+    try:
+        leaves = RUNS[key].get(int(segment))
+        if int(segment) == 0:
+            RUNS.close(key)
+        return jax.tree_util.tree_unflatten(treedef, leaves)
+    except BaseException as failure:
+        RUNS.fail(key, failure)
+        raise
+
+
+def _forward(fn: Any, plan: Plan, carry: Any, xs: Any, consts: list[Any]) -> Any:
+    leaves = jax.tree_util.tree_leaves(carry)
+    key = io_callback(partial(_open, plan, tuple(tuple(leaf.shape) for leaf in leaves),
+                              tuple(str(leaf.dtype) for leaf in leaves)),
+                      jax.ShapeDtypeStruct((), jnp.int32), ordered=True)
+    body = _body(fn, consts)
+    xs_main, xs_rest = _segments(xs, plan) if xs is not None else (None, None)
+
+    def segment(c: Any, inputs: Any) -> Any:
+        s, xseg = inputs
+        io_callback(_put, None, key, s, c, ordered=True)
+        return lax.scan(body, c, xseg, length=plan.interval)
+
+    c, ys_main, ys_rest = carry, None, None
+    if plan.full:
+        c, ys_main = lax.scan(segment, c, (jnp.arange(plan.full), xs_main))
+    if plan.rest:
+        io_callback(_put, None, key, plan.full, c, ordered=True)
+        c, ys_rest = lax.scan(body, c, xs_rest, length=plan.rest)
+    ys = _joined(ys_main, ys_rest, plan) if (ys_main if plan.full else ys_rest) is not None \
+        else None
+    return (c, ys), (key, xs, consts)
+
+
+def _backward(fn: Any, plan: Plan, saved: Any, cts: Any) -> Any:
+    key, xs, consts = saved
+    ct_final, ct_ys = cts
+    carry_struct = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                          ct_final)
+    treedef = jax.tree_util.tree_structure(ct_final)
+
+    def with_consts(ck: Any, x: Any) -> Any:
+        # the closed-over arrays ride in the carry: the backward of a segment then adds each
+        # step's part to their cotangent so far, in the order the plain scan's backward adds
+        # them (its gradients to the bit)
+        c, k = ck
+        new, y = fn(c, x, *k)
+        return (new, k), y
+
+    step = jax.checkpoint(with_consts) if plan.remat else with_consts
+
+    def reverse_segment(c_s: Any, xseg: Any, length: int, ct_c: Any, ct_k: Any,
+                        ct_yseg: Any) -> Any:
+        if xs is None:
+            _, vjp = jax.vjp(lambda ck: lax.scan(step, ck, None, length=length), (c_s, consts))
+            (ct_c, ct_k), = vjp(((ct_c, ct_k), ct_yseg))
+            return ct_c, ct_k, None
+        _, vjp = jax.vjp(lambda ck, xseg: lax.scan(step, ck, xseg, length=length),
+                         (c_s, consts), xseg)
+        (ct_c, ct_k), ct_xseg = vjp(((ct_c, ct_k), ct_yseg))
+        return ct_c, ct_k, ct_xseg
+
+    def fetch(s: Any) -> Any:
+        return io_callback(partial(_get, treedef), carry_struct, key, s, ordered=True)
+
+    xs_main, xs_rest = _segments(xs, plan) if xs is not None else (None, None)
+    ct_main, ct_rest = _segments(ct_ys, plan) if ct_ys is not None else (None, None)
+    ct_c, ct_k = ct_final, jax.tree_util.tree_map(jnp.zeros_like, consts)
+    ct_x_main = ct_x_rest = None
+    if plan.rest:
+        ct_c, ct_k, ct_x_rest = reverse_segment(fetch(plan.full), xs_rest, plan.rest, ct_c,
+                                                ct_k, ct_rest)
+    if plan.full:
+        def back(acc: Any, inputs: Any) -> Any:
+            s, xseg, ct_yseg = inputs
+            ct_c, ct_k, ct_xseg = reverse_segment(fetch(s), xseg, plan.interval, *acc, ct_yseg)
+            return (ct_c, ct_k), ct_xseg
+        (ct_c, ct_k), ct_x_main = lax.scan(back, (ct_c, ct_k),
+                                           (jnp.arange(plan.full), xs_main, ct_main),
+                                           reverse=True)
+    ct_xs = None if xs is None else _joined(ct_x_main, ct_x_rest, plan)
+    return ct_c, ct_xs, ct_k
+
+
+_checkpointed.defvjp(_forward, _backward)

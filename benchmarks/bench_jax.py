@@ -1,0 +1,243 @@
+"""asyncckpt.jax.checkpoint_scan against JAX's own ways to differentiate a long scan, each
+method and n in a process of its own (peak RSS per method), printed as a table and one JSON line.
+
+Workloads: ``gru``, a GRU language model (hidden 64, batch 16, float32: 4 KiB carries), and
+``wave``, a 2D acoustic wave equation (64 x 64, float64, two time levels: 64 KiB carries)
+differentiated with respect to its velocity model. Methods, each differentiating the same loss:
+
+- ``plain``: ``jax.grad`` of ``lax.scan`` (every step's residuals kept); also times one forward
+  sweep, so the floor is its gradient plus one more forward sweep;
+- ``remat``: ``lax.scan`` of ``jax.checkpoint(step)`` (a carry kept per step);
+- ``nested``: ``jax.checkpoint`` over chunks, nested in as few levels as fit the budget;
+- ``asyncckpt``: ``checkpoint_scan`` with the budget (Level-2 beyond it in the temporary
+  directory).
+
+The budget is ``--share`` of the carries of the run (2% by default). ``rss_growth_mib`` is the peak
+RSS during the timed gradients over the RSS before them (the program compiled).
+
+Usage: python benchmarks/bench_jax.py [--workload gru] [--n 1000,10000,100000] [--share 0.02]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+METHODS = ("plain", "remat", "nested", "asyncckpt")
+
+
+def workload(name: str, n: int):
+    """(loss(params, carry0, xs), params, carry0, xs, carry bytes, residual bytes a step)."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    if name == "gru":
+        hidden, batch, vocab = 64, 16, 128
+        params = {k: jnp.asarray(rng.standard_normal(s) * 0.1, jnp.float32) for k, s in (
+            ("embed", (vocab, hidden)), ("wz", (2 * hidden, hidden)),
+            ("wr", (2 * hidden, hidden)), ("wh", (2 * hidden, hidden)),
+            ("head", (hidden, vocab)))}
+        tokens = jnp.asarray(rng.integers(0, vocab, (n + 1, batch)), jnp.int32)
+        xs = (tokens[:-1], tokens[1:])
+        carry0 = jnp.zeros((batch, hidden), jnp.float32)
+
+        def step(p, h, x):
+            token, target = x
+            e = p["embed"][token]
+            he = jnp.concatenate([h, e], axis=-1)
+            z, r = jax.nn.sigmoid(he @ p["wz"]), jax.nn.sigmoid(he @ p["wr"])
+            cand = jnp.tanh(jnp.concatenate([r * h, e], axis=-1) @ p["wh"])
+            h = (1 - z) * h + z * cand
+            logits = jax.nn.log_softmax(h @ p["head"])
+            return h, -jnp.mean(jnp.take_along_axis(logits, target[:, None], axis=-1))
+    else:
+        size = 64
+        params = {"c2": jnp.asarray(0.2 + 0.05 * rng.random((size, size)), jnp.float64)}
+        t = np.arange(n) * 0.05
+        xs = jnp.asarray(np.exp(-((t - 3.0) ** 2)) * np.sin(4 * t), jnp.float64)
+        carry0 = (jnp.zeros((size, size), jnp.float64), jnp.zeros((size, size), jnp.float64))
+
+        def step(p, carry, source):
+            prev, u = carry
+            lap = (jnp.roll(u, 1, 0) + jnp.roll(u, -1, 0) + jnp.roll(u, 1, 1)
+                   + jnp.roll(u, -1, 1) - 4 * u)
+            new = 2 * u - prev + p["c2"] * lap
+            new = new.at[size // 2, size // 2].add(source)
+            return (u, 0.999 * new), new[size // 4, size // 4]
+
+    def residuals(p, c, x):
+        return jax.tree_util.tree_leaves(jax.vjp(lambda c: step(p, c, x), c)[1])
+
+    x0 = jax.tree_util.tree_map(lambda a: a[0], xs)
+    nbytes = lambda tree: sum(a.size * a.dtype.itemsize  # noqa: E731
+                              for a in jax.tree_util.tree_leaves(tree))
+    resid = nbytes(jax.eval_shape(residuals, params, carry0, x0))
+    return step, params, carry0, xs, nbytes(carry0), resid
+
+
+def nested_levels(n: int, carry: int, resid: int, budget: int) -> tuple[int, int]:
+    """The fewest levels of chunks (and the chunk length) whose carries and one chunk's
+    residuals fit ``budget``."""
+    for levels in range(1, 8):
+        chunk = max(1, math.ceil(n ** (1 / levels)))
+        if (levels - 1) * chunk * carry + chunk * resid <= budget:
+            return levels, chunk
+    return 8, max(1, math.ceil(n ** (1 / 8)))
+
+
+def nested_scan(step, carry, xs, n: int, levels: int, chunk: int):
+    """``lax.scan`` of ``step`` as ``levels`` nested scans of ``jax.checkpoint``-ed chunks."""
+    import jax
+    from jax import lax
+
+    if levels <= 1 or n <= chunk:
+        return lax.scan(step, carry, xs, length=n)
+    inner = chunk ** (levels - 1)
+    outer = n // inner
+    cut = outer * inner
+    body = jax.checkpoint(lambda c, x: nested_scan(step, c, x, inner, levels - 1, chunk))
+    head = jax.tree_util.tree_map(lambda a: a[:cut].reshape(outer, inner, *a.shape[1:]), xs)
+    carry, ys = lax.scan(body, carry, head)
+    ys = jax.tree_util.tree_map(lambda a: a.reshape(cut, *a.shape[2:]), ys)
+    if cut < n:
+        tail = jax.tree_util.tree_map(lambda a: a[cut:], xs)
+        carry, rest = lax.scan(step, carry, tail)
+        ys = jax.tree_util.tree_map(lambda a, b: jax.numpy.concatenate([a, b]), ys, rest)
+    return carry, ys
+
+
+def child(name: str, method: str, n: int, share: float, repeats: int, out: Path) -> dict:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    jax.config.update("jax_enable_x64", True)
+    from asyncckpt.jax import checkpoint_scan, last_stats
+
+    step, params, carry0, xs, carry_bytes, resid = workload(name, n)
+    budget = max(int(share * n * carry_bytes), 64 << 10)
+    levels = chunk = None
+
+    def scan(p, c, x):
+        body = lambda c, x: step(p, c, x)  # noqa: E731
+        if method == "plain":
+            return lax.scan(body, c, x)
+        if method == "remat":
+            return lax.scan(jax.checkpoint(body), c, x)
+        if method == "nested":
+            return nested_scan(body, c, x, n, levels, chunk)
+        return checkpoint_scan(body, c, x, memory_budget=budget)
+
+    if method == "nested":
+        levels, chunk = nested_levels(n, carry_bytes, resid, budget)
+
+    def loss(p, c):
+        final, ys = scan(p, c, xs)
+        return jnp.sum(ys) + sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(final))
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    jax.block_until_ready(grad(params, carry0))  # compiled, and the checkpointer's costs seen
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    import psutil
+    rss = psutil.Process().memory_info().rss
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = jax.block_until_ready(grad(params, carry0))
+        seconds.append(time.perf_counter() - start)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    forward_s = None
+    if method == "plain":
+        forward = jax.jit(loss)
+        jax.block_until_ready(forward(params, carry0))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(forward(params, carry0))
+            times.append(time.perf_counter() - start)
+        forward_s = statistics.median(times)
+    leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(result)]
+    np.savez(out, *leaves)
+    stats = last_stats() if method == "asyncckpt" else None
+    del before
+    return {"workload": name, "method": method, "n": n, "seconds": statistics.median(seconds),
+            "forward_s": forward_s, "rss_growth_mib": max(peak - rss, 0) / 2**20,
+            "budget_mib": budget / 2**20, "carry_kib": carry_bytes / 1024,
+            "residual_kib": resid / 1024, "levels": levels,
+            "l2_writes": None if stats is None else stats.l2_writes}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", default="gru", choices=("gru", "wave"))
+    parser.add_argument("--n", default="1000,10000,100000")
+    parser.add_argument("--share", type=float, default=0.02)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        method, out = args.child
+        print(json.dumps(child(args.workload, method, int(args.n), args.share, args.repeats,
+                               Path(out))))
+        return 0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in [int(v) for v in args.n.split(",")]:
+            grads = {}
+            for method in args.methods.split(","):
+                out = Path(tmp) / f"{method}-{n}.npz"
+                done = subprocess.run(
+                    [sys.executable, __file__, "--workload", args.workload, "--n", str(n),
+                     "--share", str(args.share), "--repeats", str(args.repeats),
+                     "--child", method, str(out)],
+                    capture_output=True, text=True, env={**os.environ})
+                lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+                if done.returncode or not lines:
+                    rows.append({"workload": args.workload, "method": method, "n": n,
+                                 "error": done.stderr.strip().splitlines()[-1:]})
+                    continue
+                row = json.loads(lines[-1])
+                with np.load(out) as saved:
+                    grads[method] = [saved[k] for k in sorted(saved.files,
+                                                              key=lambda k: int(k[4:]))]
+                rows.append(row)
+            plain = next((r for r in rows if r.get("method") == "plain" and r["n"] == n
+                          and "seconds" in r), None)
+            for row in rows:
+                if row["n"] != n or "seconds" not in row:
+                    continue
+                if plain is not None:
+                    row["over_floor"] = row["seconds"] / (plain["seconds"] + plain["forward_s"])
+                if "plain" in grads and row["method"] in grads:
+                    ours, ref = grads[row["method"]], grads["plain"]
+                    row["max_rel_grad_error"] = max(
+                        float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+                        for a, b in zip(ours, ref))
+    print(f"{'n':>7} {'method':>10} {'seconds':>8} {'/floor':>7} {'RSS MiB':>8} "
+          f"{'rel err':>9} levels/L2 writes")
+    for row in rows:
+        if "seconds" not in row:
+            print(f"{row['n']:>7} {row['method']:>10} failed: {row['error']}")
+            continue
+        extra = row["levels"] if row["method"] == "nested" else row["l2_writes"]
+        print(f"{row['n']:>7} {row['method']:>10} {row['seconds']:8.3f} "
+              f"{row.get('over_floor', float('nan')):7.3f} {row['rss_growth_mib']:8.1f} "
+              f"{row.get('max_rel_grad_error', float('nan')):9.2e} {extra}")
+    print(json.dumps({"workload": args.workload, "share": args.share, "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

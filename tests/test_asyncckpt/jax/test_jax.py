@@ -1,0 +1,159 @@
+"""asyncckpt.jax.checkpoint_scan: lax.scan's values and gradients (the carry's and xs's bit for
+bit, the closed-over arrays' within a few ulps), carries through a real Level-2, under jax.jit
+and jax.grad, and clear errors for bad input and failing storage."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+import jax.numpy as jnp  # noqa: E402
+from conftest import wait_no_threads  # noqa: E402
+from faults import FaultyMixin  # noqa: E402
+
+from asyncckpt import FileStorage  # noqa: E402
+from asyncckpt.jax import checkpoint_scan, last_stats, plan_scan  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+#: The closed-over arrays' cotangents are sums over every step; the segments' backward adds them
+#: in the plain scan's order, but XLA may contract a multiply and that add into one rounding
+#: inside a nested loop where it does not in the plain one: a few ulps of the largest entry.
+PARAM_RTOL = {np.float64: 1e-13, np.float32: 1e-5}
+
+
+class FailingFile(FaultyMixin, FileStorage):
+    pass
+
+
+def rnn(dtype, n: int, hidden: int = 16, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    W = jnp.asarray(rng.standard_normal((hidden, hidden)) * 0.3, dtype)
+    U = jnp.asarray(rng.standard_normal((hidden, hidden)) * 0.3, dtype)
+    xs = jnp.asarray(rng.standard_normal((n, 4, hidden)), dtype)
+    h0 = jnp.asarray(rng.standard_normal((4, hidden)), dtype)
+    return W, U, xs, h0
+
+
+def loss_with(scan, **kwargs):
+    def loss(W, U, h0, xs):
+        def step(carry, x):
+            h, c = carry["h"], carry["c"]
+            h_new = jnp.tanh(h @ W + x @ U + 0.1 * c)
+            return {"h": h_new, "c": 0.5 * c + h_new}, jnp.sum(h_new ** 2, axis=-1)
+        final, ys = scan(step, {"h": h0, "c": jnp.zeros_like(h0)}, xs, **kwargs)
+        return jnp.sum(final["h"]) + jnp.sum(final["c"] ** 2) + jnp.sum(ys * ys)
+    return loss
+
+
+def assert_gradients_match(ours, reference, dtype) -> None:
+    (gW, gU, gh, gx), (rW, rU, rh, rx) = ours, reference
+    assert np.asarray(gh).tobytes() == np.asarray(rh).tobytes()  # the carry's: bit for bit
+    assert np.asarray(gx).tobytes() == np.asarray(rx).tobytes()  # xs's: bit for bit
+    for ours_p, ref_p in ((gW, rW), (gU, rU)):
+        scale = float(jnp.max(jnp.abs(ref_p)))
+        assert float(jnp.max(jnp.abs(ours_p - ref_p))) <= PARAM_RTOL[dtype] * scale
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n, interval", [(1, "auto"), (37, 1), (37, 5), (37, 37), (200, "auto"),
+                                         (200, 64)])
+def test_gradients_are_those_of_lax_scan_under_jit(dtype, n: int, interval) -> None:
+    W, U, xs, h0 = rnn(dtype, n)
+    reference = jax.grad(loss_with(jax.lax.scan), argnums=(0, 1, 2, 3))(W, U, h0, xs)
+    ours = jax.jit(jax.grad(loss_with(checkpoint_scan, interval=interval,
+                                      memory_budget="64KiB"), argnums=(0, 1, 2, 3)))
+    for _ in range(2):  # a second call of the compiled program runs anew
+        assert_gradients_match(ours(W, U, h0, xs), reference, dtype)
+        stats = last_stats()
+        assert stats is not None and stats.reverse_steps == stats.n_timesteps
+    values = loss_with(checkpoint_scan, interval=interval)(W, U, h0, xs)
+    assert np.asarray(values).tobytes() == \
+        np.asarray(loss_with(jax.lax.scan)(W, U, h0, xs)).tobytes()
+    assert wait_no_threads() == []
+
+
+def test_carries_go_through_level2_on_disk_within_the_budget(tmp_path) -> None:
+    """64 KiB carries, 400 steps, a 1 MiB budget: the carries beyond it are written to files
+    under the path given, read back in reverse order, and the files are gone afterwards."""
+    rng = np.random.default_rng(1)
+    A = jnp.asarray(rng.standard_normal((8, 8)) * 0.2)
+    u0 = jnp.asarray(rng.standard_normal((1024, 8)))
+
+    def loss(A, u0):
+        def step(u, _):
+            u = u + 0.01 * jnp.tanh(u @ A)
+            return u, None
+        final, ys = checkpoint_scan(step, u0, length=400, memory_budget="1MiB",
+                                    storage=tmp_path / "level2")
+        assert ys is None
+        return jnp.sum(final ** 2)
+
+    def plain(A, u0):
+        final, _ = jax.lax.scan(lambda u, _: (u + 0.01 * jnp.tanh(u @ A), None), u0,
+                                length=400)
+        return jnp.sum(final ** 2)
+
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)))(A, u0)
+    want = jax.grad(plain, argnums=(0, 1))(A, u0)
+    assert np.asarray(got[1]).tobytes() == np.asarray(want[1]).tobytes()
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    stats = last_stats()
+    assert stats.l2_writes > 0 and stats.l2_reads == stats.l2_writes
+    assert not list((tmp_path / "level2").glob("**/*.*"))
+    assert wait_no_threads() == []
+
+
+def test_plan_keeps_a_segments_backward_within_the_budget() -> None:
+    # sqrt(n) steps, hiding the write behind them, at most what three quarters of the budget
+    # holds of steps' residuals, or the carries alone where not one step's fits
+    interval, remat, rest = plan_scan(10000, 1 << 10, 3 << 10, 1e-3, memory_budget=1 << 20)
+    assert (interval, remat) == (100, False) and rest == (1 << 20) - 100 * (4 << 10)
+    interval, _, _ = plan_scan(10000, 1 << 10, 3 << 10, 1e-3, memory_budget=200 << 10)
+    assert interval == (150 << 10) // (4 << 10)
+    interval, _, _ = plan_scan(10000, 1 << 20, 0, 1e-6, memory_budget=1 << 40)
+    assert interval > 100  # a write of 1 MiB hidden behind steps of a microsecond
+    _, remat, _ = plan_scan(10000, 1 << 10, 1 << 20, 1e-3, memory_budget=256 << 10)
+    assert remat
+
+
+@pytest.mark.parametrize("returns, message", [
+    (lambda h, x: ((h, h), None), "structure"),
+    (lambda h, x: (h[:2], None), "shape"),
+    (lambda h, x: (h.astype(jnp.float32), None), "dtype float32"),
+])
+def test_a_step_returning_another_carry_is_refused_naming_it(returns, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        checkpoint_scan(returns, jnp.zeros(3), jnp.zeros((5, 3)))
+
+
+def test_bad_inputs_get_errors_that_name_them() -> None:
+    step = lambda h, x: (h + x, None)  # noqa: E731
+    with pytest.raises(ValueError, match="length=4 but xs hold 5"):
+        checkpoint_scan(step, jnp.zeros(3), jnp.zeros((5, 3)), length=4)
+    with pytest.raises(ValueError, match="share their first dimension"):
+        checkpoint_scan(step, jnp.zeros(3), (jnp.zeros((5, 3)), jnp.zeros((4, 3))))
+    with pytest.raises(TypeError, match=r"carry leaf \[1\] is a str"):
+        checkpoint_scan(step, (jnp.zeros(3), "h"), jnp.zeros((5, 3)))
+    with pytest.raises(TypeError, match="must be floating"):
+        checkpoint_scan(step, jnp.zeros(3, jnp.int32), jnp.zeros((5, 3), jnp.int32))
+    with pytest.raises(ValueError, match="needs n >= 1"):
+        checkpoint_scan(step, jnp.zeros(3))
+    with pytest.raises(ValueError, match="interval must be 'auto' or an int >= 1"):
+        checkpoint_scan(step, jnp.zeros(3), jnp.zeros((5, 3)), interval=0)
+
+
+def test_a_failing_level2_reaches_the_caller_and_leaves_no_thread_or_file(tmp_path) -> None:
+    storage = FailingFile(tmp_path / "failing", fail_put_at=3)
+
+    def loss(u0):
+        final, _ = checkpoint_scan(lambda u, _: (jnp.sin(u) * 1.01, None), u0, length=50,
+                                   interval=5, storage=storage, memory_budget="64KiB")
+        return jnp.sum(final)
+
+    with pytest.raises(Exception, match="TransferError|failed"):
+        jax.block_until_ready(jax.jit(jax.grad(loss))(jnp.ones(4096)))
+    assert wait_no_threads() == []
+    storage.close()
+    assert not list((tmp_path / "failing").glob("*"))
