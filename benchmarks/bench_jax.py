@@ -1,19 +1,22 @@
 """asyncckpt.jax.checkpoint_scan against JAX's own ways to differentiate a long scan, each
 method and n in a process of its own (peak RSS per method), printed as a table and one JSON line.
 
-Workloads: ``gru``, a GRU language model (hidden 64, batch 16, float32: 4 KiB carries), and
+Workloads: ``gru``, a GRU language model (hidden 128, batch 32, float32: 16 KiB carries), and
 ``wave``, a 2D acoustic wave equation (64 x 64, float64, two time levels: 64 KiB carries)
 differentiated with respect to its velocity model. Methods, each differentiating the same loss:
 
 - ``plain``: ``jax.grad`` of ``lax.scan`` (every step's residuals kept); also times one forward
   sweep, so the floor is its gradient plus one more forward sweep;
 - ``remat``: ``lax.scan`` of ``jax.checkpoint(step)`` (a carry kept per step);
-- ``nested``: ``jax.checkpoint`` over chunks, nested in as few levels as fit the budget;
+- ``nested``: ``jax.checkpoint`` over each step and over chunks of them, nested in as few
+  levels as fit the budget (the same bytes as ``asyncckpt``'s);
 - ``asyncckpt``: ``checkpoint_scan`` with the budget (Level-2 beyond it in the temporary
   directory).
 
-The budget is ``--share`` of the carries of the run (2% by default). ``rss_growth_mib`` is the peak
-RSS during the timed gradients over the RSS before them (the program compiled).
+The budget is ``--share`` of the carries of the run (2% by default), or ``--budget`` bytes at
+every n. ``rss_growth_mib`` is the peak
+RSS during the gradients over the RSS before them (the program compiled), sampled every
+millisecond.
 
 Usage: python benchmarks/bench_jax.py [--workload gru] [--n 1000,10000,100000] [--share 0.02]
 """
@@ -23,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -43,7 +45,7 @@ def workload(name: str, n: int):
 
     rng = np.random.default_rng(0)
     if name == "gru":
-        hidden, batch, vocab = 64, 16, 128
+        hidden, batch, vocab = 128, 32, 128
         params = {k: jnp.asarray(rng.standard_normal(s) * 0.1, jnp.float32) for k, s in (
             ("embed", (vocab, hidden)), ("wz", (2 * hidden, hidden)),
             ("wr", (2 * hidden, hidden)), ("wh", (2 * hidden, hidden)),
@@ -86,23 +88,49 @@ def workload(name: str, n: int):
     return step, params, carry0, xs, nbytes(carry0), resid
 
 
+class RssSampler:
+    """The peak of this process's RSS over its RSS when made, sampled every millisecond on a
+    thread until :meth:`stop`."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import psutil
+
+        self._process = psutil.Process()
+        self.base = self.peak = self._process.memory_info().rss
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.001):
+            self.peak = max(self.peak, self._process.memory_info().rss)
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return max(self.peak - self.base, 0)
+
+
 def nested_levels(n: int, carry: int, resid: int, budget: int) -> tuple[int, int]:
-    """The fewest levels of chunks (and the chunk length) whose carries and one chunk's
-    residuals fit ``budget``."""
-    for levels in range(1, 8):
+    """The fewest levels of ``jax.checkpoint`` (over each step, then over chunks of chunks)
+    whose carries and one step's residuals fit ``budget``, and their chunk length."""
+    for levels in range(1, 9):
         chunk = max(1, math.ceil(n ** (1 / levels)))
-        if (levels - 1) * chunk * carry + chunk * resid <= budget:
+        if levels * chunk * carry + resid <= budget:
             return levels, chunk
     return 8, max(1, math.ceil(n ** (1 / 8)))
 
 
 def nested_scan(step, carry, xs, n: int, levels: int, chunk: int):
-    """``lax.scan`` of ``step`` as ``levels`` nested scans of ``jax.checkpoint``-ed chunks."""
+    """``lax.scan`` of ``step`` as ``levels`` nested scans, each over ``jax.checkpoint``-ed
+    chunks of the next (the innermost over ``jax.checkpoint``-ed steps)."""
     import jax
     from jax import lax
 
     if levels <= 1 or n <= chunk:
-        return lax.scan(step, carry, xs, length=n)
+        return lax.scan(jax.checkpoint(step), carry, xs, length=n)
     inner = chunk ** (levels - 1)
     outer = n // inner
     cut = outer * inner
@@ -112,12 +140,13 @@ def nested_scan(step, carry, xs, n: int, levels: int, chunk: int):
     ys = jax.tree_util.tree_map(lambda a: a.reshape(cut, *a.shape[2:]), ys)
     if cut < n:
         tail = jax.tree_util.tree_map(lambda a: a[cut:], xs)
-        carry, rest = lax.scan(step, carry, tail)
+        carry, rest = nested_scan(step, carry, tail, n - cut, levels - 1, chunk)
         ys = jax.tree_util.tree_map(lambda a, b: jax.numpy.concatenate([a, b]), ys, rest)
     return carry, ys
 
 
-def child(name: str, method: str, n: int, share: float, repeats: int, out: Path) -> dict:
+def child(name: str, method: str, n: int, share: float, repeats: int, out: Path,
+          fixed: str | None = None) -> dict:
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -126,7 +155,10 @@ def child(name: str, method: str, n: int, share: float, repeats: int, out: Path)
     from asyncckpt.jax import checkpoint_scan, last_stats
 
     step, params, carry0, xs, carry_bytes, resid = workload(name, n)
-    budget = max(int(share * n * carry_bytes), 64 << 10)
+    from asyncckpt.planning import parse_bytes
+
+    budget = (parse_bytes("--budget", fixed) if fixed is not None
+              else max(int(share * n * carry_bytes), 64 << 10))
     levels = chunk = None
 
     def scan(p, c, x):
@@ -146,17 +178,15 @@ def child(name: str, method: str, n: int, share: float, repeats: int, out: Path)
         final, ys = scan(p, c, xs)
         return jnp.sum(ys) + sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(final))
 
-    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
-    jax.block_until_ready(grad(params, carry0))  # compiled, and the checkpointer's costs seen
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    import psutil
-    rss = psutil.Process().memory_info().rss
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(params, carry0).compile()
+    sampler = RssSampler()  # from here: the gradients' memory, not the compiler's
     seconds = []
-    for _ in range(repeats):
+    for _ in range(repeats + 1):  # the first also warms the pool and the cost memory
         start = time.perf_counter()
         result = jax.block_until_ready(grad(params, carry0))
         seconds.append(time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    growth = sampler.stop()
+    seconds = seconds[1:]
     forward_s = None
     if method == "plain":
         forward = jax.jit(loss)
@@ -170,9 +200,8 @@ def child(name: str, method: str, n: int, share: float, repeats: int, out: Path)
     leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(result)]
     np.savez(out, *leaves)
     stats = last_stats() if method == "asyncckpt" else None
-    del before
     return {"workload": name, "method": method, "n": n, "seconds": statistics.median(seconds),
-            "forward_s": forward_s, "rss_growth_mib": max(peak - rss, 0) / 2**20,
+            "forward_s": forward_s, "rss_growth_mib": growth / 2**20,
             "budget_mib": budget / 2**20, "carry_kib": carry_bytes / 1024,
             "residual_kib": resid / 1024, "levels": levels,
             "l2_writes": None if stats is None else stats.l2_writes}
@@ -183,6 +212,8 @@ def main() -> int:
     parser.add_argument("--workload", default="gru", choices=("gru", "wave"))
     parser.add_argument("--n", default="1000,10000,100000")
     parser.add_argument("--share", type=float, default=0.02)
+    parser.add_argument("--budget", default=None,
+                        help="a budget in bytes for every n (e.g. 8MiB) instead of --share")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -190,7 +221,7 @@ def main() -> int:
     if args.child:
         method, out = args.child
         print(json.dumps(child(args.workload, method, int(args.n), args.share, args.repeats,
-                               Path(out))))
+                               Path(out), args.budget)))
         return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -201,6 +232,7 @@ def main() -> int:
                 done = subprocess.run(
                     [sys.executable, __file__, "--workload", args.workload, "--n", str(n),
                      "--share", str(args.share), "--repeats", str(args.repeats),
+                     *(["--budget", args.budget] if args.budget else []),
                      "--child", method, str(out)],
                     capture_output=True, text=True, env={**os.environ})
                 lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -235,7 +267,8 @@ def main() -> int:
         print(f"{row['n']:>7} {row['method']:>10} {row['seconds']:8.3f} "
               f"{row.get('over_floor', float('nan')):7.3f} {row['rss_growth_mib']:8.1f} "
               f"{row.get('max_rel_grad_error', float('nan')):9.2e} {extra}")
-    print(json.dumps({"workload": args.workload, "share": args.share, "rows": rows}))
+    print(json.dumps({"workload": args.workload, "share": args.share, "budget": args.budget,
+                      "rows": rows}))
     return 0
 
 

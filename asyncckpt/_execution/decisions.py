@@ -171,5 +171,3 @@ class RunDecisions:
             # no estimate, or the write is late: look again after an eighth of the interval
             return max(1, (t - last_store) // 8)
         return max(1, math.ceil((expected - running) / step))
-
-

@@ -168,7 +168,8 @@ class RankGroup:
     def __init__(self, comm: Any) -> None:
         if not all(hasattr(comm, name) for name in ("Dup", "Get_rank", "Get_size",
                                                     "Iallreduce")):
-            raise InvalidTypeError(f"comm must be an mpi4py communicator, got {type(comm).__name__}")
+            raise InvalidTypeError(f"comm must be an mpi4py communicator, got "
+                                   f"{type(comm).__name__}")
         from mpi4py import MPI  # the caller's communicator has imported it already
         self._max = MPI.MAX
         self.comm = comm.Dup()

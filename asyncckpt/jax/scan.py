@@ -22,13 +22,18 @@ __all__ = ["Plan", "checkpoint_scan", "plan_scan"]
 #: The share of the budget one segment's backward (its steps' residuals, stored all) may take;
 #: the checkpointer keeps the rest for its buffers and Level-2 in DRAM.
 SEGMENT_SHARE = 0.75
-#: What a segment costs beyond its steps: two host callbacks and a handoff each way.
-CALLBACK_S = 2e-4
+#: What a segment costs beyond its steps, measured on this machine's CPU: two host callbacks
+#: (75 us each), the checkpointer's step with a Level-2 transfer each way (126 us) and two
+#: handoffs between threads.
+SEGMENT_S = 5e-4
 #: A carry's write before Level-2 has measured one: a disk's rate.
 PRIOR_WRITE_BPS = 1e9
-#: A segment is long enough that its steps hide this many times its carry's write and its
-#: callbacks.
-HIDE = 4.0
+#: Segments at least this many forward steps long per segment's cost (and per carry's write),
+#: so that the segments cost at most about 5% of a run (a step forward, again in the backward,
+#: and its backward: some 4 forward steps).
+HIDE = 5.0
+#: Steps of the scan timed to price a step (a compiled call of one step is mostly dispatch).
+TIMED_STEPS = 32
 
 
 @dataclass(frozen=True)
@@ -63,8 +68,13 @@ def _nbytes(tree: Any) -> int:
 
 
 def _step_seconds(fn: Any, carry: Any, x: Any, consts: list[Any]) -> float:
-    """A compiled step's seconds (median of 5 after a warm call), on the carry's shapes."""
-    compiled = jax.jit(fn)
+    """A step's seconds inside a compiled scan of :data:`TIMED_STEPS` (median of 5 after a
+    warm call), on zeros of the carry's shapes."""
+    def scan(c: Any, x: Any, *k: Any) -> Any:
+        xs = jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (TIMED_STEPS,
+                                                                         *leaf.shape)), x)
+        return lax.scan(lambda c, x: fn(c, x, *k), c, xs, length=TIMED_STEPS)
+    compiled = jax.jit(scan)
     seconds = []
     # evaluated now, also where an outer jax.jit is tracing the scan
     with jax.ensure_compile_time_eval():
@@ -75,36 +85,43 @@ def _step_seconds(fn: Any, carry: Any, x: Any, consts: list[Any]) -> float:
             start = time.perf_counter()
             jax.block_until_ready(compiled(*args))
             seconds.append(time.perf_counter() - start)
-    return float(np.median(seconds))
+    return float(np.median(seconds)) / TIMED_STEPS
 
 
 def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float, *,
               memory_budget: int | None, interval: int | str = "auto",
               write_bps: float = PRIOR_WRITE_BPS) -> tuple[int, bool, int]:
     """The interval, whether segments recompute their steps' residuals, and the checkpointer's
-    memory budget, for ``n`` steps whose carry takes ``carry_bytes`` and whose backward keeps
-    ``residual_bytes`` a step.
+    memory budget, for ``n`` steps whose carry takes ``carry_bytes``, whose backward keeps
+    ``residual_bytes`` a step and whose forward takes ``step_s``.
 
-    "auto": segments of about sqrt(n) steps (as many carries on Level-2 as in one segment's
-    backward), at least as many as hide a carry's write and the callbacks ``HIDE`` times over,
-    and at most what :data:`SEGMENT_SHARE` of the budget holds; where not one step's residuals
-    fit, the steps' carries alone (``remat``).
+    "auto": segments long enough that their cost (:data:`SEGMENT_S`) and a carry's write
+    take :data:`HIDE` times less than their steps, and at least sqrt(n) steps (as many carries
+    on Level-2 as steps in a segment), within what :data:`SEGMENT_SHARE` of the budget holds of
+    the steps' residuals. Where the budget cuts segments shorter than that, or holds no step's
+    residuals at all, segments keep their steps' carries alone and recompute the rest
+    (``remat``, a forward step more per step) where that costs less than the shorter
+    segments.
     """
     budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
     share = int(SEGMENT_SHARE * budget)
-    per_step = residual_bytes + carry_bytes
-    remat = per_step > share
-    if remat:
-        per_step = 2 * carry_bytes
+    step_s = max(step_s, 1e-9)
+    segment_s = SEGMENT_S + carry_bytes / write_bps
+    wanted = max(math.isqrt(n), math.ceil(HIDE * segment_s / step_s))
+
+    def plan(per_step: int, remat: bool) -> tuple[float, int, bool]:
+        length = max(1, min(wanted, n, share // per_step))
+        return (n * step_s * remat + math.ceil(n / length) * segment_s, length, remat)
+
+    options = [plan(2 * carry_bytes, True)]
+    if residual_bytes + carry_bytes <= share:
+        options.append(plan(residual_bytes + carry_bytes, False))
+    _, chosen, remat = min(options)
     if isinstance(interval, int):
         chosen = interval
-    else:
-        hide = math.ceil(HIDE * (CALLBACK_S + carry_bytes / write_bps) / max(step_s, 1e-9))
-        chosen = max(math.isqrt(n), hide)
-        chosen = max(1, min(chosen, n, share // max(per_step, 1)))
-    held = chosen * per_step
+    per_step = 2 * carry_bytes if remat else residual_bytes + carry_bytes
     least = (engine_buffers() + 1) * state_bytes(carry_bytes)
-    return chosen, remat, max(budget - held, least)
+    return chosen, remat, max(budget - chosen * per_step, least)
 
 
 def _check_leaves(tree: Any, what: str) -> list[Any]:
@@ -295,25 +312,22 @@ def _backward(fn: Any, plan: Plan, saved: Any, cts: Any) -> Any:
                                           ct_final)
     treedef = jax.tree_util.tree_structure(ct_final)
 
-    def with_consts(ck: Any, x: Any) -> Any:
-        # the closed-over arrays ride in the carry: the backward of a segment then adds each
-        # step's part to their cotangent so far, in the order the plain scan's backward adds
-        # them (its gradients to the bit)
-        c, k = ck
-        new, y = fn(c, x, *k)
-        return (new, k), y
+    def step(c: Any, x: Any, k: list[Any]) -> Any:
+        return fn(c, x, *k)
 
-    step = jax.checkpoint(with_consts) if plan.remat else with_consts
+    if plan.remat:
+        step = jax.checkpoint(step)
 
     def reverse_segment(c_s: Any, xseg: Any, length: int, ct_c: Any, ct_k: Any,
                         ct_yseg: Any) -> Any:
-        if xs is None:
-            _, vjp = jax.vjp(lambda ck: lax.scan(step, ck, None, length=length), (c_s, consts))
-            (ct_c, ct_k), = vjp(((ct_c, ct_k), ct_yseg))
-            return ct_c, ct_k, None
-        _, vjp = jax.vjp(lambda ck, xseg: lax.scan(step, ck, xseg, length=length),
-                         (c_s, consts), xseg)
-        (ct_c, ct_k), ct_xseg = vjp(((ct_c, ct_k), ct_yseg))
+        # the segment's steps again, every residual kept, and its backward; the closed-over
+        # arrays' cotangents of the segment are added to those of the segments after it (the
+        # plain scan adds each step's one by one: a few ulps apart)
+        def run(c: Any, k: list[Any], xseg: Any) -> Any:
+            return lax.scan(lambda c, x: step(c, x, k), c, xseg, length=length)
+        _, vjp = jax.vjp(run, c_s, consts, xseg)
+        ct_c, ct_k_segment, ct_xseg = vjp((ct_c, ct_yseg))
+        ct_k = jax.tree_util.tree_map(jnp.add, ct_k, ct_k_segment)
         return ct_c, ct_k, ct_xseg
 
     def fetch(s: Any) -> Any:

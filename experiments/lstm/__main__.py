@@ -21,9 +21,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm import tqdm
 
-from .methods import METHODS, ON_DEVICE, TORCH, parse_interval, torch_available
+from .methods import (JAX, METHODS, ON_DEVICE, TORCH, jax_available, parse_interval,
+                      torch_available)
 from .report import figures, table
 
 #: the README's main job: about 3 minutes of runs here, the torch methods included (n = 3200
@@ -46,6 +48,20 @@ def run_worker(method: str, n: int, args: argparse.Namespace, level2_dir: str) -
     if done.returncode != 0:
         raise RuntimeError(f"{method} at n = {n} failed (exit {done.returncode}):\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def jax_gradient_errors(results: list[dict[str, Any]], saved: Path) -> None:
+    """Give each jax-checkpoint-scan result its gradient's largest difference from jax-scan's
+    at the same n, over jax-scan's largest entry (``grad_rel_to_jax_scan``), from the
+    gradients the workers saved in ``saved``."""
+    for result in results:
+        if result["method"] != "jax-checkpoint-scan":
+            continue
+        ours, reference = (saved / f"gradient-{m}-{result['n']}.npy"
+                           for m in ("jax-checkpoint-scan", "jax-scan"))
+        if ours.exists() and reference.exists():
+            a, b = np.load(ours), np.load(reference)
+            result["grad_rel_to_jax_scan"] = float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             print("PyTorch is not installed (pip install asyncckpt[torch]): the torch methods "
                   "are left out", file=sys.stderr)
             args.methods = [m for m in args.methods if m not in TORCH]
+        if not jax_available():
+            print("JAX is not installed (pip install asyncckpt[jax]): the JAX methods are "
+                  "left out", file=sys.stderr)
+            args.methods = [m for m in args.methods if m not in JAX]
     elif args.device != "cpu" and set(args.methods) - set(ON_DEVICE):
         parser.error(f"on --device {args.device} the methods are {', '.join(ON_DEVICE)}")
     preset = QUICK if args.quick else FULL
@@ -96,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="level2-", dir=disk_root) as level2_dir:
         for method, n in tqdm(jobs, desc="LSTM runs", unit="run"):
             results.append(run_worker(method, n, args, level2_dir))
+        jax_gradient_errors(results, Path(level2_dir))
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     with open(args.out / "results.csv", "w", newline="") as handle:
         keys = sorted({k for r in results for k in r if k != "times_s"})

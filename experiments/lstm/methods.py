@@ -9,8 +9,8 @@ from typing import Any
 from .model import (LSTM, ForwardOperator, ReverseOperator, StepCheckpoint, StepForwardOperator,
                     StepReverseOperator)
 
-__all__ = ["METHODS", "ON_DEVICE", "TORCH", "run_method", "describe", "parse_interval",
-           "torch_available"]
+__all__ = ["JAX", "METHODS", "ON_DEVICE", "TORCH", "describe", "jax_available",
+           "parse_interval", "run_method", "torch_available"]
 
 #: the host memory budget of ``async-budget``, whatever n
 BUDGET = "4MiB"
@@ -34,10 +34,15 @@ METHODS = {
     "torch-checkpoint": "PyTorch, torch.utils.checkpoint around every step (every step's carry "
                         "kept, each step run again in the backward)",
     "torch-scan": f"PyTorch, asyncckpt.torch.checkpoint_scan within memory_budget={BUDGET!r}",
+    "jax-scan": "the same LSTM in JAX, jax.grad of jax.lax.scan (every step's residuals kept; "
+                "the JAX methods' reference)",
+    "jax-checkpoint-scan": f"JAX, asyncckpt.jax.checkpoint_scan within memory_budget={BUDGET!r}",
 }
 
 #: the methods that run the LSTM in PyTorch (the ``torch`` extra)
 TORCH = tuple(m for m in METHODS if m.startswith("torch-"))
+#: ... in JAX (the ``jax`` extra)
+JAX = tuple(m for m in METHODS if m.startswith("jax-"))
 
 
 def parse_interval(text: str) -> int | str:
@@ -152,6 +157,43 @@ def _torch(kind: str) -> Callable[..., dict[str, Any]]:
     return run
 
 
+#: compiled gradients by (method, n, hidden, batch): a process's passes after its first reuse
+#: them (the experiment reports the least time of its passes)
+_COMPILED: dict[tuple[Any, ...], Any] = {}
+
+
+def _jax(kind: str) -> Callable[..., dict[str, Any]]:
+    def run(model: LSTM, **_: Any) -> dict[str, Any]:
+        import jax
+        import jax.numpy as jnp
+
+        from .jax_model import JaxLSTM
+
+        net = JaxLSTM(model)
+        carry, xs = net.initial_carry(), net.inputs()
+
+        def loss(params: dict[str, Any], scan: Any) -> Any:
+            _, losses = scan(net.step(params), carry, xs)
+            return jnp.sum(losses)
+
+        def scan_of(which: str) -> Any:
+            if which == "scan":
+                return jax.lax.scan
+            from asyncckpt.jax import checkpoint_scan
+
+            return lambda step, carry, xs: checkpoint_scan(step, carry, xs,
+                                                           memory_budget=BUDGET)
+
+        key = (kind, model.n_steps, model.hidden, model.batch)
+        if key not in _COMPILED:
+            _COMPILED[key] = jax.jit(jax.value_and_grad(lambda p: loss(p, scan_of(kind))))
+        value, grads = jax.block_until_ready(_COMPILED[key](net.params))
+        # checkpoint_scan runs each step once more, in its segment's backward
+        net.report(grads, value, model.n_steps * (1 if kind == "scan" else 2))
+        return {}
+    return run
+
+
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "backprop": _backprop,
     "store-all": _store_all,
@@ -165,13 +207,15 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "torch-backprop": _torch("backprop"),
     "torch-checkpoint": _torch("checkpoint"),
     "torch-scan": _torch("scan"),
+    "jax-scan": _jax("scan"),
+    "jax-checkpoint-scan": _jax("checkpoint-scan"),
 }
 
 
 #: methods that run with the model on a device (pyrevolve copies states with numpy; the torch
-#: methods run on the host)
+#: and JAX methods run on the host)
 ON_DEVICE = tuple(m for m in METHODS if m not in ("store-all", "revolve", "revolve-budget")
-                  + TORCH)
+                  + TORCH + JAX)
 
 
 def torch_available() -> bool:
@@ -179,6 +223,13 @@ def torch_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None
+
+
+def jax_available() -> bool:
+    """Whether JAX is installed (the ``jax`` extra), without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("jax") is not None
 
 
 def run_method(method: str, model: LSTM, *, slots: int = 10, interval: int | str = 1,
@@ -190,7 +241,7 @@ def run_method(method: str, model: LSTM, *, slots: int = 10, interval: int | str
     describe(method)
     if model.device != "cpu" and method not in ON_DEVICE:
         raise ValueError(f"{method} runs on the host only (pyrevolve copies states with "
-                         f"numpy; the torch methods run on the host); on a device use one of "
-                         f"{', '.join(ON_DEVICE)}")
+                         f"numpy; the torch and JAX methods run on the host); on a device use "
+                         f"one of {', '.join(ON_DEVICE)}")
     return RUNNERS[method](model, slots=slots, interval=interval,
                            level2_dir=level2_dir or os.getcwd())

@@ -14,10 +14,14 @@ IN_PROCESS_LEVEL2 = ("async-dram", "async-taping-free")
 #: the PyTorch methods: bit for bit equal among themselves, not to numpy's (torch rounds
 #: differently)
 TORCH = ("torch-backprop", "torch-checkpoint", "torch-scan")
+#: the JAX methods: checkpoint_scan's gradients against jax.grad of lax.scan's, within the
+#: relative difference each run reports (the closed-over parameters' sums associate
+#: differently, segment by segment)
+JAX = ("jax-scan", "jax-checkpoint-scan")
 
 
 def _family(method: str) -> str:
-    return "torch" if method in TORCH else "numpy"
+    return "torch" if method in TORCH else "jax" if method in JAX else "numpy"
 
 
 def _by_method(results: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -38,6 +42,7 @@ GROUPS = {
     "numpy baselines": ("backprop", "store-all", "revolve", "revolve-budget"),
     "asyncckpt": ASYNC,
     "PyTorch": TORCH,
+    "JAX": JAX,
 }
 #: pyrevolve against asyncckpt: the same Level-1 slots (asyncckpt's staging and prefetch
 #: buffers beside them), then the same bytes (the budget, asyncckpt's buffers and DRAM Level-2
@@ -57,16 +62,23 @@ def _rows(header: list[str], rows: list[list[str]], text_columns: int = 1) -> li
 
 
 def gradients_line(results: list[dict[str, Any]]) -> str:
-    """Whether every method's gradients equal its family's reference bit for bit at each n."""
+    """Whether every method's gradients equal its family's reference bit for bit at each n (and
+    on a line of its own, how close jax-checkpoint-scan's are to jax-scan's)."""
     hashes: dict[tuple[str, int], set[str]] = defaultdict(set)
     for r in results:
-        hashes[(_family(r["method"]), r["n"])].add(r["gradient_xxh3"])
+        if _family(r["method"]) != "jax":
+            hashes[(_family(r["method"]), r["n"])].add(r["gradient_xxh3"])
     verdict = {}
     for (family, _), found in hashes.items():
         verdict[family] = verdict.get(family, True) and len(found) == 1
     names = {"numpy": "numpy = backprop", "torch": "torch = torch-backprop"}
-    return "gradients bit for bit at every n: " + "; ".join(
+    line = "gradients bit for bit at every n: " + "; ".join(
         f"{names[f]}: {'yes' if ok else 'NO'}" for f, ok in sorted(verdict.items()))
+    errors = [r["grad_rel_to_jax_scan"] for r in results if "grad_rel_to_jax_scan" in r]
+    if errors:
+        line += (f"\ngradients at every n: jax-checkpoint-scan = jax-scan within "
+                 f"{max(errors):.1e} of the largest entry")
+    return line
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -80,8 +92,9 @@ def table(results: list[dict[str, Any]]) -> str:
              f"{first['batch']}, {first['slots']} Level-1 slots, n = {lo} to {hi}",
              gradients_line(results), "",
              f"How much time? At n = {hi}, over standard backpropagation (lower is better)"]
-    reference = {"numpy": by.get("backprop", {}).get(hi), "torch": by.get("torch-backprop",
-                                                                         {}).get(hi)}
+    reference = {"numpy": by.get("backprop", {}).get(hi),
+                 "torch": by.get("torch-backprop", {}).get(hi),
+                 "jax": by.get("jax-scan", {}).get(hi)}
     rows = []
     for group, methods in GROUPS.items():
         for m in methods:
@@ -142,7 +155,9 @@ def figures(results: list[dict[str, Any]], out: Path) -> list[Path]:
     by = _by_method(results)
     groups = {name: [m for m in methods if m in by] for name, methods in GROUPS.items()}
     groups = {name: methods for name, methods in groups.items() if methods}
-    reference = {"numpy": by.get("backprop"), "torch": by.get("torch-backprop")}
+    reference = {"numpy": by.get("backprop"), "torch": by.get("torch-backprop"),
+                 "jax": by.get("jax-scan")}
+    labels = {"numpy": "backprop", "torch": "torch-backprop", "jax": "jax-scan"}
     markers = "osD^vxP*h"
 
     def panels(value: Any, ylabel: str, title: str, path: Path, log_y: bool) -> Path:
@@ -151,10 +166,9 @@ def figures(results: list[dict[str, Any]], out: Path) -> list[Path]:
         for ax, (name, methods) in zip(axes[0], groups.items()):
             family = _family(methods[0])
             base = reference[family]
-            if base and methods[0] not in ("backprop", "torch-backprop"):
+            if base and methods[0] != labels[family]:
                 ns = sorted(base)
-                ax.plot(ns, [value(base[n]) for n in ns], "k--", lw=1,
-                        label="backprop" if family == "numpy" else "torch-backprop")
+                ax.plot(ns, [value(base[n]) for n in ns], "k--", lw=1, label=labels[family])
             if name == "asyncckpt" and "revolve" in by:  # what the paper measures it against
                 ns = sorted(by["revolve"])
                 ax.plot(ns, [value(by["revolve"][n]) for n in ns], ":", color="0.4", lw=1.5,

@@ -18,7 +18,7 @@ import xxhash
 
 from .corpus import load_corpus
 from .kernels import KERNELS
-from .methods import METHODS, parse_interval, run_method
+from .methods import JAX, METHODS, parse_interval, run_method
 from .model import LSTM
 
 __all__ = ["main", "peak_rss_bytes"]
@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
                                level2_dir=args.level2_dir)
             times.append(time.perf_counter() - start)
     gradients = model.gradient_vector()
+    if args.method in JAX and args.level2_dir:
+        # the JAX methods' gradients are compared after the runs (see jax_gradient_errors)
+        np.save(Path(args.level2_dir) / f"gradient-{args.method}-{args.n}.npy", gradients)
     model.rmsprop()  # the training step, after the measured pass
     result = {
         "method": args.method,

@@ -457,6 +457,9 @@ def test_a_stuck_backend_lets_the_with_block_and_the_process_end_after_ctrl_c(
 import os, signal, sys, threading, time
 import faulthandler
 faulthandler.dump_traceback_later(20, exit=True)  # a hang shows every thread's stack
+# Python keeps SIGINT ignored where it starts so (a job started with & by a shell): then the
+# interrupt below would never come
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 from asyncckpt import AsyncCheckpointer, HostMemoryStorage
 from workloads import Forward, RecurrentCell, Reverse

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from experiments.lstm.corpus import load_corpus
-from experiments.lstm.methods import METHODS, TORCH, run_method
+from experiments.lstm.methods import JAX, METHODS, TORCH, run_method
 from experiments.lstm.model import LSTM
 from conftest import ROOT
 
@@ -38,7 +38,7 @@ def gradients(method: str, n: int, kernels: str, level2_dir: Path, **kwargs) -> 
 def test_every_method_equals_backprop_bit_for_bit(kernels: str, n: int, disk_dir: Path) -> None:
     reference = gradients("backprop", n, kernels, disk_dir)
     assert np.isfinite(reference).all() and np.abs(reference).sum() > 0
-    for method in (m for m in METHODS if m not in TORCH + PYREVOLVE):
+    for method in (m for m in METHODS if m not in TORCH + JAX + PYREVOLVE):
         got = gradients(method, n, kernels, disk_dir)
         assert got.tobytes() == reference.tobytes(), method
     for interval in (1, 5, n):
@@ -68,6 +68,19 @@ def test_the_torch_methods_equal_torch_autograd_bit_for_bit_and_numpy_closely(
     for method in TORCH[1:]:
         got = gradients(method, n, "numpy", disk_dir)
         assert got.tobytes() == reference.tobytes(), method
+    numpy_reference = gradients("backprop", n, "numpy", disk_dir)
+    np.testing.assert_allclose(reference, numpy_reference, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 17, 60])
+def test_the_jax_methods_equal_numpy_backprop_to_rounding(n: int, disk_dir: Path) -> None:
+    """The same LSTM in JAX: jax.grad of lax.scan and asyncckpt's checkpoint_scan (its
+    parameter cotangents summed segment by segment: a few ulps from lax.scan's), both numpy
+    backprop's to rounding (XLA's kernels round differently)."""
+    pytest.importorskip("jax")
+    reference = gradients("jax-scan", n, "numpy", disk_dir)
+    got = gradients("jax-checkpoint-scan", n, "numpy", disk_dir)
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-13 * np.abs(reference).max())
     numpy_reference = gradients("backprop", n, "numpy", disk_dir)
     np.testing.assert_allclose(reference, numpy_reference, rtol=1e-9, atol=1e-12)
 
@@ -140,18 +153,18 @@ def test_nothing_in_the_model_grows_with_n() -> None:
 @pytest.mark.timeout(300)
 def test_runner_writes_results_figures_and_a_table(tmp_path: Path) -> None:
     for extra, module in (("experiments", "matplotlib"), ("experiments", "pyrevolve"),
-                          ("torch", "torch")):
+                          ("torch", "torch"), ("jax", "jax")):
         pytest.importorskip(module, reason=f"needs the '{extra}' extra ({module})")
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "experiments.lstm", "--lengths", "8", "16", "--repeats", "1",
          "--hidden", "8", "--batch", "2", "--out", str(out), "--methods", "backprop", "revolve",
          "revolve-budget", "async-dram", "async-disk", "async-budget", "torch-backprop",
-         "torch-scan"],
+         "torch-scan", "jax-scan", "jax-checkpoint-scan"],
         capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     results = json.loads((out / "results.json").read_text())
-    assert len(results) == 16
+    assert len(results) == 20
     for family in (("backprop", "revolve", "revolve-budget", "async-dram", "async-disk",
                     "async-budget"),
                    ("torch-backprop", "torch-scan")):
@@ -165,6 +178,9 @@ def test_runner_writes_results_figures_and_a_table(tmp_path: Path) -> None:
     assert (out / "fig4_memory.png").stat().st_size > 10000
     assert (out / "fig5_time.png").stat().st_size > 10000
     assert "numpy = backprop: yes" in done.stdout and "torch = torch-backprop: yes" in done.stdout
+    assert "jax-checkpoint-scan = jax-scan within" in done.stdout
+    assert all(r["grad_rel_to_jax_scan"] < 1e-12 for r in results
+               if r["method"] == "jax-checkpoint-scan")
     assert [p.name for p in out.iterdir() if p.name.startswith("level2")] == []
 
 

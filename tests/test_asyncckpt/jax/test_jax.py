@@ -17,9 +17,10 @@ from asyncckpt.jax import checkpoint_scan, last_stats, plan_scan  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-#: The closed-over arrays' cotangents are sums over every step; the segments' backward adds them
-#: in the plain scan's order, but XLA may contract a multiply and that add into one rounding
-#: inside a nested loop where it does not in the plain one: a few ulps of the largest entry.
+#: The closed-over arrays' cotangents are sums over every step: the plain scan adds each step's
+#: part to the running sum; a segment's backward sums its own steps' parts, then adds them to
+#: the later segments' sum (a different association: a few ulps of the largest entry, times
+#: the number of segments at worst).
 PARAM_RTOL = {np.float64: 1e-13, np.float32: 1e-5}
 
 
