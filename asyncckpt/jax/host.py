@@ -10,6 +10,7 @@ error reaches the caller (through the callback that waits) and no thread is left
 """
 from __future__ import annotations
 
+import atexit
 import itertools
 import threading
 from collections.abc import Callable, Sequence
@@ -220,8 +221,10 @@ class Runs:
             run.abort(CheckpointError("checkpoint_scan runs were ended"))
 
 
-#: The process's runs.
+#: The process's runs; any still open at exit (a ``jax.vjp`` whose backward never came) end
+#: then, their Level-2 files removed.
 RUNS = Runs()
+atexit.register(RUNS.abort_all)
 
 
 def last_stats() -> Stats | None:
