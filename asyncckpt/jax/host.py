@@ -185,6 +185,9 @@ class Runs:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.last_stats: Stats | None = None
+        #: Level-2's write rate, bytes a second, as the last run that wrote measured it (None:
+        #: none has): what the next scan's plan prices a carry's write with
+        self.write_bps: float | None = None
 
     def open(self, make: Callable[[], HostRun]) -> int:
         run = make()
@@ -205,7 +208,9 @@ class Runs:
         with self._lock:
             run = self._runs.pop(int(key), None)
         if run is not None and run.stats is not None:
-            self.last_stats = run.stats
+            self.last_stats = stats = run.stats
+            if stats.l2_writes and stats.write_busy_s > 0:
+                self.write_bps = stats.bytes_written / stats.write_busy_s
 
     def fail(self, key: int, failure: BaseException) -> None:
         with self._lock:

@@ -26,7 +26,8 @@ SEGMENT_SHARE = 0.75
 #: (75 us each), the checkpointer's step with a Level-2 transfer each way (126 us) and two
 #: handoffs between threads.
 SEGMENT_S = 5e-4
-#: A carry's write before Level-2 has measured one: a disk's rate.
+#: A carry's write before a run in this process has measured Level-2's (``RUNS.write_bps``):
+#: a disk's rate.
 PRIOR_WRITE_BPS = 1e9
 #: Segments at least this many forward steps long per segment's cost (and per carry's write),
 #: so that the segments cost at most about 5% of a run (a step forward, again in the backward,
@@ -218,7 +219,8 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
     budget = None if memory_budget is None else parse_bytes("memory_budget", memory_budget)
     chosen, remat, checkpointer_budget = plan_scan(
         n, _nbytes(carry), _nbytes(residuals), _step_seconds(fn, carry, x0, consts),
-        memory_budget=budget, interval=interval if interval == "auto" else min(interval, n))
+        memory_budget=budget, interval=interval if interval == "auto" else min(interval, n),
+        write_bps=RUNS.write_bps or PRIOR_WRITE_BPS)
     if compression is not None:
         options["compression"] = compression
     plan = Plan(n, chosen, remat, tuple(sorted({

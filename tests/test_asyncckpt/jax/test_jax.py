@@ -102,6 +102,9 @@ def test_carries_go_through_level2_on_disk_within_the_budget(tmp_path) -> None:
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     stats = last_stats()
     assert stats.l2_writes > 0 and stats.l2_reads == stats.l2_writes
+    # the next scan's plan prices a carry's write at the rate this run measured
+    from asyncckpt.jax.host import RUNS
+    assert RUNS.write_bps == stats.bytes_written / stats.write_busy_s
     assert not list((tmp_path / "level2").glob("**/*.*"))
     assert wait_no_threads() == []
 
