@@ -23,7 +23,7 @@ from ..checkpointer import AsyncCheckpointer
 from ..errors import CheckpointError
 from ..stats import Stats
 
-__all__ = ["HostRun", "RUNS", "last_stats"]
+__all__ = ["HostRun", "RUNS", "end_open_runs", "last_stats"]
 
 #: Seconds between two looks at the other side's failure while a handoff waits.
 POLL_S = 0.05
@@ -235,3 +235,11 @@ atexit.register(RUNS.abort_all)
 def last_stats() -> Stats | None:
     """The :class:`~asyncckpt.Stats` of the checkpointer of the last completed backward."""
     return RUNS.last_stats
+
+
+def end_open_runs() -> None:
+    """End every scan's run still open: its thread, its Level-2 files. A run is left open where
+    its compiled program stopped between two callbacks without a failure in one of them (a
+    Ctrl-C that JAX's callback machinery takes), or its backward never came; they end at exit
+    anyway."""
+    RUNS.abort_all()

@@ -148,6 +148,44 @@ def test_bad_inputs_get_errors_that_name_them() -> None:
         checkpoint_scan(step, jnp.zeros(3), jnp.zeros((5, 3)), interval=0)
 
 
+def test_ctrl_c_during_a_compiled_gradient_reaches_the_caller_and_leaves_nothing(
+        tmp_path) -> None:
+    """SIGINT half a second into a long differentiated scan: the call raises at once (JAX's
+    runtime error around the KeyboardInterrupt a callback took), and end_open_runs() lets go
+    of the run it left: no thread, no file."""
+    import subprocess
+    import sys
+
+    program = f"""
+import os, signal, sys, threading, time
+import jax, jax.numpy as jnp
+from asyncckpt.jax import checkpoint_scan, end_open_runs
+signal.signal(signal.SIGINT, signal.default_int_handler)
+def loss(u0):
+    f, _ = checkpoint_scan(lambda u, _: (jnp.sin(u) * 1.0001, None), u0, length=200000,
+                           interval=50, memory_budget="1MiB", storage={str(tmp_path)!r})
+    return jnp.sum(f)
+grad = jax.jit(jax.grad(loss))
+grad(jnp.ones(4096)).block_until_ready()
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+start = time.monotonic()
+try:
+    grad(jnp.ones(4096)).block_until_ready()
+except (KeyboardInterrupt, Exception) as exc:
+    print("raised", "KeyboardInterrupt" in repr(exc) or isinstance(exc, KeyboardInterrupt))
+print("seconds", time.monotonic() - start)
+end_open_runs()
+print("threads", [t.name for t in threading.enumerate() if t.name.startswith("asyncckpt")])
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120)
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines.get("raised") == "True", done.stderr[-2000:]
+    assert float(lines["seconds"]) < 5
+    assert lines["threads"] == "[]"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
 def test_a_failing_level2_reaches_the_caller_and_leaves_no_thread_or_file(tmp_path) -> None:
     storage = FailingFile(tmp_path / "failing", fail_put_at=3)
 
