@@ -11,12 +11,35 @@ from ._memory.pool import POOL
 from ._planning.budget import DEFAULT_STAGING_BUFFERS, engine_buffers
 from ._planning.options import (check_choice, check_int, check_operator, environment,
                                 parse_bytes, parse_flag, parse_interval)
-from .errors import MemoryBudgetError
+from .errors import InvalidValueError, MemoryBudgetError
 
 __all__ = ["DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "available_memory", "check_choice",
            "check_int", "check_operator", "choose_l1_slots", "default_budget",
            "engine_buffers", "environment", "parse_bytes", "parse_flag", "parse_interval",
-           "state_bytes", "world_if_running"]
+           "scan_length", "state_bytes", "world_if_running"]
+
+
+def scan_length(shapes: list[tuple[int, ...]], given: int | None, name: str) -> int:
+    """The steps of a scan over ``xs`` whose leaves have ``shapes`` (steps first), or
+    ``given`` (the argument ``name``) where there are none; both must agree.
+
+    Raises
+    ------
+    InvalidValueError
+        Leaves without a first dimension or of different lengths, ``given`` disagreeing with
+        them, or fewer than one step.
+    """
+    lengths = {int(shape[0]) if len(shape) else -1 for shape in shapes}
+    if -1 in lengths or len(lengths) > 1:
+        raise InvalidValueError(f"xs leaves must share their first dimension (the steps), got "
+                                f"shapes {[tuple(shape) for shape in shapes]}")
+    n = lengths.pop() if lengths else given
+    if given is not None and n != given:
+        raise InvalidValueError(f"{name}={given} but xs hold {n} steps")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidValueError(f"checkpoint_scan needs n >= 1 steps: xs with a first "
+                                f"dimension, or {name}; got {n!r}")
+    return n
 
 
 def state_bytes(nbytes: int) -> int:

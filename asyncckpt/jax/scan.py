@@ -14,7 +14,7 @@ from jax import lax
 from jax.experimental import io_callback
 
 from ..errors import InvalidTypeError, InvalidValueError
-from ..planning import default_budget, engine_buffers, parse_bytes, state_bytes
+from ..planning import default_budget, engine_buffers, parse_bytes, scan_length, state_bytes
 from .host import RUNS, HostRun
 
 __all__ = ["Plan", "checkpoint_scan", "plan_scan"]
@@ -193,16 +193,7 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
                                    f"dtype {leaf.dtype}; checkpoint_scan differentiates the "
                                    "carry, so its leaves must be floating")
     xs_leaves = _check_leaves(xs, "xs") if xs is not None else []
-    lengths = {int(leaf.shape[0]) if leaf.ndim else -1 for leaf in xs_leaves}
-    if -1 in lengths or len(lengths) > 1:
-        raise InvalidValueError(f"xs leaves must share their first dimension (the steps), got "
-                                f"shapes {[tuple(leaf.shape) for leaf in xs_leaves]}")
-    n = lengths.pop() if lengths else length
-    if length is not None and n != length:
-        raise InvalidValueError(f"length={length} but xs hold {n} steps")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InvalidValueError(f"checkpoint_scan needs n >= 1 steps: xs with a first "
-                                f"dimension, or length; got {n!r}")
+    n = scan_length([tuple(leaf.shape) for leaf in xs_leaves], length, "length")
     if not (interval == "auto" or (isinstance(interval, int) and not isinstance(interval, bool)
                                    and interval >= 1)):
         raise InvalidValueError(f"interval must be 'auto' or an int >= 1, got {interval!r}")

@@ -9,6 +9,7 @@ from torch.utils import _pytree as pytree
 
 from ..checkpointer import AsyncCheckpointer
 from ..errors import InvalidTypeError, InvalidValueError
+from ..planning import scan_length
 
 from .function import Checkpointed, ForwardOperator, ReverseOperator
 from .segments import SCAN_CHECKPOINTS_SHARE, graph_share, in_segments, segment_starts
@@ -234,16 +235,7 @@ def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs:
     if not carry_leaves:
         raise InvalidValueError("carry must hold at least one tensor")
     xs_leaves, xs_spec = leaves(xs, "xs") if xs is not None else ([], None)
-    lengths = {int(x.shape[0]) if x.dim() else -1 for x in xs_leaves}
-    if -1 in lengths or len(lengths) > 1:
-        raise InvalidValueError(f"xs leaves must share their first dimension (the steps), got "
-                                f"shapes {[tuple(x.shape) for x in xs_leaves]}")
-    n = lengths.pop() if lengths else n_steps
-    if n_steps is not None and n != n_steps:
-        raise InvalidValueError(f"n_steps={n_steps} but xs hold {n} steps")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise InvalidValueError(f"checkpoint_scan needs n >= 1 steps: xs with a first "
-                                f"dimension, or n_steps; got {n!r}")
+    n = scan_length([tuple(x.shape) for x in xs_leaves], n_steps, "n_steps")
     if params is None:
         params = closed_over_parameters(step)
     for k, p in enumerate(params):
