@@ -89,12 +89,12 @@ def _step_seconds(fn: Any, carry: Any, x: Any, consts: list[Any]) -> float:
     return float(np.median(seconds)) / TIMED_STEPS
 
 
-def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float, *,
+def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | None, *,
               memory_budget: int | None, interval: int | str = "auto",
               write_bps: float = PRIOR_WRITE_BPS) -> tuple[int, bool, int]:
     """The interval, whether segments recompute their steps' residuals, and the checkpointer's
     memory budget, for ``n`` steps whose carry takes ``carry_bytes``, whose backward keeps
-    ``residual_bytes`` a step and whose forward takes ``step_s``.
+    ``residual_bytes`` a step and whose forward takes ``step_s`` (needed for "auto" alone).
 
     "auto": segments long enough that their cost (:data:`SEGMENT_S`) and a carry's write
     take :data:`HIDE` times less than their steps, and at least sqrt(n) steps (as many carries
@@ -102,27 +102,30 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float, *,
     the steps' residuals. Where the budget cuts segments shorter than that, or holds no step's
     residuals at all, segments keep their steps' carries alone and recompute the rest
     (``remat``, a forward step more per step) where that costs less than the shorter
-    segments.
+    segments. A given interval recomputes where its steps' residuals do not fit that share.
     """
     budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
     share = int(SEGMENT_SHARE * budget)
-    step_s = max(step_s, 1e-9)
-    segment_s = SEGMENT_S + carry_bytes / write_bps
-    wanted = max(math.isqrt(n), math.ceil(HIDE * segment_s / step_s))
-
-    def plan(per_step: int, remat: bool) -> tuple[float, int, bool]:
-        length = max(1, min(wanted, n, share // per_step))
-        return (n * step_s * remat + math.ceil(n / length) * segment_s, length, remat)
-
-    options = [plan(2 * carry_bytes, True)]
-    if residual_bytes + carry_bytes <= share:
-        options.append(plan(residual_bytes + carry_bytes, False))
-    _, chosen, remat = min(options)
+    stored, recomputed = residual_bytes + carry_bytes, 2 * carry_bytes
     if isinstance(interval, int):
-        chosen = interval
-    per_step = 2 * carry_bytes if remat else residual_bytes + carry_bytes
+        chosen, remat = interval, interval * stored > share
+    else:
+        if step_s is None:
+            raise ValueError("plan_scan needs the step's seconds for interval='auto'")
+        step_s = max(step_s, 1e-9)
+        segment_s = SEGMENT_S + carry_bytes / write_bps
+        wanted = max(math.isqrt(n), math.ceil(HIDE * segment_s / step_s))
+
+        def plan(per_step: int, remat: bool) -> tuple[float, int, bool]:
+            length = max(1, min(wanted, n, share // per_step))
+            return (n * step_s * remat + math.ceil(n / length) * segment_s, length, remat)
+
+        options = [plan(recomputed, True)]
+        if stored <= share:
+            options.append(plan(stored, False))
+        _, chosen, remat = min(options)
     least = (engine_buffers() + 1) * state_bytes(carry_bytes)
-    return chosen, remat, max(budget - chosen * per_step, least)
+    return chosen, remat, max(budget - chosen * (recomputed if remat else stored), least)
 
 
 def _check_leaves(tree: Any, what: str) -> list[Any]:
@@ -208,9 +211,11 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
             jax.vjp(lambda c, *k: fn(c, x, *k), c, *k)[1]),
         carry, x0, *consts)
     budget = None if memory_budget is None else parse_bytes("memory_budget", memory_budget)
+    # the step is compiled and timed for "auto" alone
+    step_s = _step_seconds(fn, carry, x0, consts) if interval == "auto" else None
     chosen, remat, checkpointer_budget = plan_scan(
-        n, _nbytes(carry), _nbytes(residuals), _step_seconds(fn, carry, x0, consts),
-        memory_budget=budget, interval=interval if interval == "auto" else min(interval, n),
+        n, _nbytes(carry), _nbytes(residuals), step_s, memory_budget=budget,
+        interval=interval if interval == "auto" else min(interval, n),
         write_bps=RUNS.write_bps or PRIOR_WRITE_BPS)
     if compression is not None:
         options["compression"] = compression

@@ -120,6 +120,11 @@ def test_plan_keeps_a_segments_backward_within_the_budget() -> None:
     assert interval > 100  # a write of 1 MiB hidden behind steps of a microsecond
     _, remat, _ = plan_scan(10000, 1 << 10, 1 << 20, 1e-3, memory_budget=256 << 10)
     assert remat
+    # a given interval: residuals stored where they fit the share, else the carries alone
+    assert plan_scan(10000, 1 << 10, 3 << 10, None, memory_budget=1 << 20,
+                     interval=100) == (100, False, (1 << 20) - 100 * (4 << 10))
+    assert plan_scan(10000, 1 << 10, 3 << 10, None, memory_budget=1 << 20,
+                     interval=400)[:2] == (400, True)
 
 
 @pytest.mark.parametrize("returns, message", [
