@@ -29,6 +29,11 @@ __all__ = ["HostRun", "RUNS", "end_open_runs", "last_stats"]
 POLL_S = 0.05
 
 
+def stopped(failure: BaseException) -> CheckpointError:
+    """The error a side of the scan raises where the other failed with ``failure``."""
+    return CheckpointError(f"the checkpointed scan stopped: {failure!r}")
+
+
 class Handoff:
     """One carry at a time from one thread to another, either side able to fail the other."""
 
@@ -63,8 +68,7 @@ class Handoff:
 
     def _raise_failure(self) -> None:
         if self.failure is not None:
-            raise CheckpointError(f"the checkpointed scan stopped: {self.failure!r}") \
-                from self.failure
+            raise stopped(self.failure) from self.failure
 
 
 class _Forward:
@@ -165,8 +169,7 @@ class HostRun:
             self._thread.join()
             self._thread = None
         if self.failure is not None:
-            raise CheckpointError(f"the checkpointed scan stopped: {self.failure!r}") \
-                from self.failure
+            raise stopped(self.failure) from self.failure
 
     def abort(self, failure: BaseException) -> None:
         """The compiled program failed or was dropped: end the sweep and let go of Level-2."""
