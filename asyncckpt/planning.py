@@ -3,12 +3,10 @@ adapter of your own) build on: how options are read and checked, and how much me
 may take, without reaching into the runtime's private rooms (docs/architecture.md)."""
 from __future__ import annotations
 
-import psutil
-
 from ._execution.ranks import world_if_running
 from ._memory.buffers import padded
-from ._memory.pool import POOL
-from ._planning.budget import DEFAULT_STAGING_BUFFERS, engine_buffers
+from ._planning.budget import (DEFAULT_STAGING_BUFFERS, MEMORY_SHARE, available_memory,
+                               default_bound, engine_buffers)
 from ._planning.options import (check_choice, check_int, check_operator, environment,
                                 parse_bytes, parse_flag, parse_interval)
 from .errors import InvalidValueError, MemoryBudgetError
@@ -47,16 +45,6 @@ def state_bytes(nbytes: int) -> int:
     return padded(nbytes)
 
 
-def available_memory() -> int:
-    """Memory available to a new checkpointer: the system's (psutil) and what asyncckpt's pool
-    keeps for reuse."""
-    return psutil.virtual_memory().available + POOL.nbytes
-
-
-#: Share of the available memory that ``n_checkpoints=None`` takes as its memory budget.
-MEMORY_SHARE = 0.25
-
-
 def default_budget(nbytes: int, available: int | None = None) -> int:
     """The memory budget of ``n_checkpoints=None``: ``$ASYNCCKPT_MEMORY_BUDGET`` where set, else a
     quarter of the available memory (psutil; what asyncckpt's pool keeps for reuse counts as
@@ -69,13 +57,10 @@ def default_budget(nbytes: int, available: int | None = None) -> int:
         If a quarter of the available memory holds no state beside the staging and prefetch
         buffers.
     """
-    text = environment("ASYNCCKPT_MEMORY_BUDGET")
-    if text is not None:
-        return parse_bytes("ASYNCCKPT_MEMORY_BUDGET", text)
-    if available is None:
-        available = available_memory()
-    _slots_in_share(nbytes, available)  # refuses a share with no slot beside the buffers
-    return int(MEMORY_SHARE * available)
+    if environment("ASYNCCKPT_MEMORY_BUDGET") is None:
+        # refuses a share with no slot beside the buffers
+        _slots_in_share(nbytes, available_memory() if available is None else available)
+    return default_bound(available)
 
 
 def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None) -> int:

@@ -54,6 +54,23 @@ def disk_dir(tmp_path: Path):
     assert not leftovers, f"files left behind on disk: {leftovers}"
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):
+    """A 20 MiB tmpfs of its own (root can mount one; skip where it cannot)."""
+    import subprocess
+
+    where = tmp_path / "small"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_threads():
     yield

@@ -27,6 +27,7 @@ from schedules import (
 from schedules.actions import Action
 
 from .engine import TransferEngine
+from .in_place import InPlaceCheck
 from .level1 import Level1
 from .ranks import Ranks, SoloRanks
 from .timing import CallFit
@@ -82,6 +83,7 @@ class Interpreter:
         self._returned_ids: list[int] = []
         self._known: list[np.ndarray] = []  # the same, checked (device arrays adapted)
         self._known_nbytes = 0
+        self._known_step = -1  # the step the descriptor was last asked for
         self.descriptor_s = 0.0  # seconds inside the descriptor's calls
         #: Level-2 stores expected in a forward sweep of an MPI run, between which it spreads
         #: its agreement points (0: none but the sweep's end, as in an online run, whose
@@ -90,6 +92,7 @@ class Interpreter:
         self.expected_stores = 0
         self._boundaries = 0  # interval boundaries passed this sweep (Level-2 stores, frees)
         self._expected = 0  # ... expected this sweep
+        self.in_place = InPlaceCheck(on_host=self.link.device is None)
 
     def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
         """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else
@@ -99,16 +102,19 @@ class Interpreter:
         start = time.perf_counter()
         arrays = getattr(self.checkpoint, method)(step)
         self.descriptor_s += time.perf_counter() - start
-        if isinstance(arrays, (list, tuple)) and list(map(id, arrays)) == self._returned_ids:
-            return self._known
-        where = f"checkpoint.{method}({step})"
-        adapted = (self.link.adapt(arrays) if isinstance(arrays, (list, tuple))
-                   else arrays)
-        self._known = check_arrays(adapted, self.nbytes, self.dtype, where, exact=False,
-                                   device=self.link.device)
-        self._known_nbytes = sum(a.nbytes for a in self._known)
-        self._returned = list(arrays)
-        self._returned_ids = list(map(id, self._returned))
+        self._known_step = step
+        if not (isinstance(arrays, (list, tuple))
+                and list(map(id, arrays)) == self._returned_ids):
+            where = f"checkpoint.{method}({step})"
+            adapted = (self.link.adapt(arrays) if isinstance(arrays, (list, tuple))
+                       else arrays)
+            self._known = check_arrays(adapted, self.nbytes, self.dtype, where, exact=False,
+                                       device=self.link.device)
+            self._known_nbytes = sum(a.nbytes for a in self._known)
+            self._returned = list(arrays)
+            self._returned_ids = list(map(id, self._returned))
+        if self.in_place.pending is not None:
+            self.in_place.arrived(self._known, step, into)
         return self._known
 
     def sweep(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
@@ -153,6 +159,8 @@ class Interpreter:
                 trace.append(action)
             match action:
                 case Advance(start=begin, end=end):
+                    if self.in_place.left > 0:
+                        self.in_place.advancing(self._known, self._known_step, begin, end)
                     mark = begin_call()
                     fwd.apply(t_start=begin, t_end=end)
                     end_call(mark, end - begin, begin)

@@ -6,14 +6,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 from schedules import AsyncMultistage
 
 from .._execution.device_link import DIGEST_WORD_BYTES
 from .._memory.buffers import padded
+from .._memory.pool import POOL
 from ..errors import InvalidValueError, MemoryBudgetError
+from .options import environment, parse_bytes
 
-__all__ = ["Budget", "DEFAULT_STAGING_BUFFERS", "MemoryPlan", "engine_buffers",
-           "slot_candidates"]
+__all__ = ["Budget", "DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "MemoryPlan", "available_memory",
+           "default_bound", "engine_buffers", "slot_candidates"]
+
+#: Share of the available memory a checkpointer keeps in host memory where no budget is given.
+MEMORY_SHARE = 0.25
+
+
+def available_memory() -> int:
+    """Memory available to a new checkpointer: the system's (psutil) and what asyncckpt's pool
+    keeps for reuse."""
+    return psutil.virtual_memory().available + POOL.nbytes
+
+
+def default_bound(available: int | None = None) -> int:
+    """Bytes of host memory a checkpointer holds where no budget is given:
+    ``$ASYNCCKPT_MEMORY_BUDGET`` where set, else :data:`MEMORY_SHARE` of ``available`` (default
+    :func:`available_memory`)."""
+    text = environment("ASYNCCKPT_MEMORY_BUDGET")
+    if text is not None:
+        return parse_bytes("ASYNCCKPT_MEMORY_BUDGET", text)
+    return int(MEMORY_SHARE * (available_memory() if available is None else available))
 
 
 @dataclass(frozen=True)
@@ -81,11 +104,13 @@ def engine_buffers(staging_buffers: int = DEFAULT_STAGING_BUFFERS) -> int:
 @dataclass(frozen=True)
 class MemoryPlan:
     """How a checkpointer's memory is split between Level-1 slots, the transfer engine's
-    buffers and the budgeted DRAM tier of Level-2.
+    buffers and the bounded DRAM tier of Level-2.
 
     ``budget`` bounds the memory Level-1 lives in (host memory, or a device's); ``host_states``
-    is, for states on a device, how many Level-2 states ``host_memory_budget`` leaves room for
-    in page-locked host memory (None: unbounded)."""
+    is, for states on a device, how many Level-2 states ``host_memory_budget`` (or the default
+    bound) leaves room for in page-locked host memory (None: unbounded); ``host_buffers``, on
+    the host without a budget, how many state buffers the default bound holds for Level-1
+    slots, the engine and DRAM Level-2 together (None: unbounded)."""
 
     nbytes: int
     n_timesteps: int | None
@@ -94,19 +119,23 @@ class MemoryPlan:
     budget: Budget | None
     host_states: int | None
     on_host: bool
+    host_buffers: int | None = None
 
     @classmethod
-    def make(cls, nbytes: int, options: Any, *, on_host: bool, ranks: Any) -> "MemoryPlan":
+    def make(cls, nbytes: int, options: Any, *, on_host: bool, ranks: Any,
+             default_storage: bool = False) -> "MemoryPlan":
         """The plan for states of ``nbytes`` bytes under a checkpointer's ``options`` (an
         :class:`~asyncckpt._planning.options.Options`); with an MPI job's ``ranks`` every budget
-        is the least of the ranks', so that all run one plan."""
+        is the least of the ranks', so that all run one plan. ``default_storage``: Level-2 is
+        ``storage=None``'s host DRAM, which without a budget :func:`default_bound` bounds where
+        a run could reach it."""
         memory_budget, host_memory_budget = options.memory_budget, options.host_memory_budget
         buffers = engine_buffers(options.engine_held)
         budget = None
         if memory_budget is not None:
             budget = Budget(ranks.min(memory_budget), nbytes, buffers,
                             reserved=0 if on_host else DIGEST_WORD_BYTES * buffers)
-        host_states = None
+        host_states = host_buffers = None
         if host_memory_budget is not None:
             if on_host:
                 raise InvalidValueError(
@@ -118,8 +147,18 @@ class MemoryPlan:
                 raise MemoryBudgetError(
                     f"host_memory_budget={host} bytes cannot hold the {buffers} pinned "
                     f"staging and prefetch buffers of {padded(nbytes)} bytes")
+        elif default_storage and (budget is None or not on_host):
+            held = ranks.min(default_bound()) // padded(nbytes)
+            # the most a run may hold in host memory: n states on Level-2 beside the buffers
+            # (and on the host the slots); below the bound the DRAM tier needs no limit
+            n, slots = options.n_timesteps, options.l1_slots if on_host else 0
+            if n is None or n + buffers + min(slots or 0, n) > held:
+                if on_host:
+                    host_buffers = held
+                else:
+                    host_states = max(0, held - buffers)
         return cls(nbytes, options.n_timesteps, options.taping, buffers, budget, host_states,
-                   on_host)
+                   on_host, host_buffers)
 
     def split(self, fixed_slots: int | None, interval: int | str) -> tuple[int, bool]:
         """Level-1 slots, and whether the run needs no Level-2 (``interval=0`` asks for none;
@@ -159,17 +198,25 @@ class MemoryPlan:
             return min(budget.buffers, n), True  # Revolve in the budget's slots alone
         return max(1, min(guess, budget.max_slots_with_level2)), False
 
+    @property
+    def bound_buffers(self) -> int | None:
+        """State buffers the memory Level-1 lives in may hold: the budget's, or on the host
+        without one the default bound's (None: unbounded)."""
+        return self.budget.buffers if self.budget is not None else self.host_buffers
+
     def bounds_level2(self, in_level1: bool) -> bool:
-        """Whether a budget bounds what Level-2 keeps in process memory: on the host
-        ``memory_budget``, on a device ``host_memory_budget``."""
-        bound = self.budget if self.on_host else self.host_states
+        """Whether a budget (or the default bound) limits what Level-2 keeps in process memory:
+        on the host ``memory_budget``, on a device ``host_memory_budget``."""
+        bound = (self.budget or self.host_buffers) if self.on_host else self.host_states
         return bound is not None and not in_level1
 
     def dram_states(self, l1_slots: int) -> int:
-        """States the budgeted DRAM tier of Level-2 holds beside ``l1_slots`` slots."""
+        """States the bounded DRAM tier of Level-2 holds beside ``l1_slots`` slots."""
         if self.host_states is not None:
             return self.host_states
-        assert self.budget is not None
+        if self.budget is None:
+            assert self.host_buffers is not None
+            return max(0, self.host_buffers - self.engine_buffers - l1_slots)
         return self.budget.dram_states(l1_slots)
 
     def l1_bytes(self, l1_slots: int, in_level1: bool) -> int:

@@ -85,7 +85,8 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
                 "their own calls (halo exchanges); use 'raise', which raises on every rank")
         link, first, transfers = link_for(checkpoint, nbytes, dtype, options.transfers)
         level1 = Level1(nbytes, link)
-        memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks)
+        memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks,
+                                 default_storage=storage is None)
         slots, in_level1 = memory.split(options.l1_slots, options.interval)
         bounded = memory.bounds_level2(in_level1)
         raw, owns = open_level2(ranks.storage_spec(level2_spec(storage, bounded)),

@@ -12,7 +12,7 @@ from .._execution.decisions import RunDecisions
 from .budget import MemoryPlan
 from .._memory.buffers import padded
 from .._memory.pool import POOL
-from ..errors import MemoryBudgetError
+from ..errors import MemoryBudgetError, StorageFullError
 from ..storage import Storage, memory_tier, tiers_of
 
 __all__ = ["Planner", "RunPlan", "UNDECIDED"]
@@ -121,16 +121,31 @@ class Planner:
         alone = self.in_level1 or isinstance(self.schedule, Revolve)
         return self.memory.l1_bytes(self.l1_slots, alone)
 
-    def capacities(self, l1_slots: int) -> list[int | None] | None:
-        """Each Level-2 tier's capacity with ``l1_slots`` slots (None: one untiered Level-2)."""
+    def capacities(self, l1_slots: int, *, devices: bool = True) -> list[int | None] | None:
+        """Each Level-2 tier's capacity with ``l1_slots`` slots (None: one untiered Level-2 of
+        no known limit), where ``devices`` a device's room too, where it holds fewer than the n
+        states a run could write."""
+        nbytes, n = self.memory.nbytes, self.n_timesteps
         known = self.storage.capacities
+
+        def room_of(tier: Storage) -> int | None:
+            if not devices or n is None:
+                return None
+            room = tier.room_for(nbytes)
+            return room if room is not None and room < n else None
+
         if self.storage.tiers is None or known is None:
-            return None
+            room = room_of(self.storage)
+            return None if room is None else [room]
         capacities = list(known)
         if self.dram is not None:
             capacities[self.dram] = self.memory.dram_states(l1_slots)
         for index in self.no_room:
             capacities[index] = 0
+        for index, tier in enumerate(self.storage.tiers):
+            room, capacity = room_of(tier), capacities[index]
+            if room is not None:
+                capacities[index] = room if capacity is None else min(room, capacity)
         return capacities
 
     def level1_only(self) -> None:
@@ -149,25 +164,37 @@ class Planner:
         if self._planned == (interval, self.l1_slots):
             return
         if n is not None:
-            l2_states = len(range(0, n, interval))
-            capacities = self.capacities(self.l1_slots)
-            if capacities is not None and None not in capacities:
-                room = sum(c for c in capacities if c is not None)
-                if room < l2_states:
-                    budget = self.memory.budget
-                    raise MemoryBudgetError(
-                        f"interval {interval} keeps {l2_states} states on Level-2, but its tiers "
-                        f"hold {room} within memory_budget="
-                        f"{None if budget is None else budget.nbytes} bytes (tiers in RAM, "
-                        "tmpfs directories included, count against it): give a larger "
-                        "interval or budget, or a disk tier")
-            self.storage.reserve(self.memory.nbytes, l2_states)
+            self._check_room(interval, len(range(0, n, interval)))
+            self.storage.reserve(self.memory.nbytes, len(range(0, n, interval)))
         self.interval = interval
         self._planned = interval, self.l1_slots
         # an adaptive or online run's schedule is made per run, fed by that run
         self.schedule = (None if self.adaptive or n is None
                          else AsyncMultistage(n, interval, self.l1_slots,
                                               taping=self.memory.taping))
+
+    def _check_room(self, interval: int, l2_states: int) -> None:
+        """Raise unless Level-2 holds the ``l2_states`` of ``interval``, naming the least
+        interval that fits: :class:`MemoryBudgetError` where the budget is short,
+        :class:`StorageFullError` where a device is."""
+        room = _room(self.capacities(self.l1_slots))
+        if room is None or room >= l2_states:
+            return
+        n = self.n_timesteps
+        assert n is not None
+        fits = (f"interval {-(-n // room)} is the least that fits" if room
+                else "no interval fits")
+        budgeted = _room(self.capacities(self.l1_slots, devices=False))
+        if budgeted is not None and budgeted < l2_states:
+            budget = self.memory.budget
+            raise MemoryBudgetError(
+                f"interval {interval} keeps {l2_states} states on Level-2, but its tiers hold "
+                f"{room} within memory_budget={None if budget is None else budget.nbytes} "
+                f"bytes (tiers in RAM, tmpfs directories included, count against it): {fits}; "
+                "give a larger interval or budget, or a disk tier")
+        raise StorageFullError(
+            f"interval {interval} writes {l2_states} states of {self.memory.nbytes} bytes to "
+            f"Level-2 {self.storage!r}, whose devices have room for {room}: {fits}")
 
     def online(self, decisions: RunDecisions) -> None:
         """This run's schedule: one whose intervals (adaptive) or end (unknown n) ``decisions``
@@ -178,10 +205,15 @@ class Planner:
 
     def min_interval(self) -> int:
         """The shortest interval an adaptive run may take below the planned one: 1 where
-        Level-2 has room for any number of states, else the planned interval, for which
-        the bounded tiers were sized."""
-        capacities = self.capacities(self.l1_slots)
-        return self.interval if capacities is not None and None not in capacities else 1
+        Level-2 has room for any number of states; where a budget bounds its tiers, the
+        planned interval, for which they were sized; where only its devices' room does, the
+        least interval whose states fit there."""
+        if _room(self.capacities(self.l1_slots, devices=False)) is not None:
+            return self.interval
+        room, n = _room(self.capacities(self.l1_slots)), self.n_timesteps
+        if room is None:
+            return 1
+        return self.interval if n is None or room < 1 else min(self.interval, -(-n // room))
 
     def view(self, transfers: str) -> RunPlan:
         """The read-only :class:`RunPlan` of what is planned now."""
@@ -223,14 +255,14 @@ class Planner:
             POOL.keep_at_most(self.memory.nbytes, max(0, room))
 
     def room(self, level1: Any, engine: Any) -> int | None:
-        """State buffers the memory budget leaves beside those held now by Level-1, the engine
-        and Level-2 in process memory (None: no budget)."""
-        budget = self.memory.budget
-        if budget is None:
+        """State buffers the memory budget (or the default bound) leaves beside those held now
+        by Level-1, the engine and Level-2 in process memory (None: unbounded)."""
+        bound = self.memory.bound_buffers
+        if bound is None:
             return None
         held = (level1.made + engine.buffers_held
                 + self.storage.nbytes_held // padded(self.memory.nbytes))
-        return budget.buffers - held
+        return bound - held
 
     def record_forward(self, stats: Any) -> None:
         """After a forward sweep: where it ended (unknown n) and the intervals it took."""
@@ -241,3 +273,10 @@ class Planner:
             stats.interval_starts = list(schedule.stores)
         elif isinstance(schedule, AsyncMultistage):
             stats.interval_starts = list(range(0, schedule.n_steps, schedule.interval))
+
+
+def _room(capacities: list[int | None] | None) -> int | None:
+    """States ``capacities`` hold together (None: no limit)."""
+    if capacities is None or None in capacities:
+        return None
+    return sum(c for c in capacities if c is not None)

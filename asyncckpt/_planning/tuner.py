@@ -184,9 +184,11 @@ class IntervalTuner:
                      for index, (capacity, (tw, tr)) in enumerate(zip(capacities,
                                                                       self.tier_costs))]
             return [self._codec().tier(tier) for tier in tiers] if compressed else tiers
-        if priced:
+        # one device, bounded where its room is short of what a run could write
+        capacity = capacities[0] if capacities is not None else None
+        if priced or capacity is not None:
             costs = self.costs(compressed=compressed)
-            return [Level2Tier(None, costs.tw, costs.tr, in_memory=memory == 0)]
+            return [Level2Tier(capacity, costs.tw, costs.tr, in_memory=memory == 0)]
         return None
 
     def choose(self, l1_slots: int | None = None,

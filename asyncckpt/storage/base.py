@@ -94,6 +94,11 @@ class Storage(abc.ABC):
         default)."""
         return None
 
+    def room_for(self, nbytes: int) -> int | None:
+        """How many states of ``nbytes`` bytes the device could hold now, those it holds
+        included (None: no limit it can tell, the default); "auto" plans within it."""
+        return None
+
     def set_byte_limit(self, tier: int, nbytes: int | None) -> None:
         """Bound the bytes of states ``tier`` of :attr:`tiers` may hold from now on (None: no
         bound). One device has no tiers to bound: the default raises."""
@@ -237,6 +242,9 @@ class WrapperStorage(Storage):
     @property
     def capacities(self) -> Sequence[int | None] | None:
         return self.inner.capacities
+
+    def room_for(self, nbytes: int) -> int | None:
+        return self.inner.room_for(nbytes)
 
     def set_byte_limit(self, tier: int, nbytes: int | None) -> None:
         self.inner.set_byte_limit(tier, nbytes)

@@ -184,6 +184,11 @@ class FileStorage(Storage):
         stat = os.fstatvfs(self._fd)
         return stat.f_bavail * stat.f_frsize
 
+    def room_for(self, nbytes: int) -> int | None:
+        """States of ``nbytes`` the file holds now and the device's free space adds."""
+        with self._lock:
+            return (self._backed + self.free_bytes()) // padded(nbytes)
+
     def reserve(self, nbytes: int, count: int) -> None:
         with self._lock:
             self._set_size(nbytes, exact=True)

@@ -1,6 +1,7 @@
 """Bad input is rejected at construction (or at the call) with an error naming the value."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -307,4 +308,58 @@ def test_a_call_from_another_thread_during_a_sweep_is_a_usage_error() -> None:
         finally:
             release.set()
             runner.join(10)
+        ckp.apply_reverse()
+
+
+class _Rebinding:
+    """A leapfrog whose forward step rebinds its names to new arrays instead of writing the
+    descriptor's arrays: the checkpointer would store and restore u_0 at every step."""
+
+    def __init__(self) -> None:
+        self.prev, self.cur = np.zeros(64), np.linspace(0.0, 1.0, 64)
+        self.checkpoint = ArrayCheckpoint([self.prev, self.cur])
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        for _ in range(t_start, t_end):
+            new = 2.0 * self.cur - self.prev + 0.01 * np.roll(self.cur, 1)
+            self.prev, self.cur = self.cur, new
+
+
+class _InPlaceFromZeros:
+    """The same leapfrog in place, from a state of zeros until a source at step 3."""
+
+    def __init__(self) -> None:
+        self.prev, self.cur = np.zeros(64), np.zeros(64)
+        self.checkpoint = ArrayCheckpoint([self.prev, self.cur])
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        for t in range(t_start, t_end):
+            new = 2.0 * self.cur - self.prev + 0.01 * np.roll(self.cur, 1) + (t == 3)
+            self.prev[:] = self.cur
+            self.cur[:] = new
+
+
+class _Nothing:
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("interval", [0, 4, "auto"])
+def test_a_forward_step_that_rebinds_its_arrays_is_refused(interval) -> None:
+    """It gave an adjoint off by over 100% with no error."""
+    model = _Rebinding()
+    with AsyncCheckpointer(model.checkpoint, model, _Nothing(), 20, l1_slots=3,
+                           interval=interval) as ckp:
+        with pytest.raises(UsageError, match="update the state in place") as raised:
+            ckp.apply_forward()
+        assert re.search(r"\bsteps? 0\b", str(raised.value)), raised.value
+
+
+def test_a_state_of_zeros_is_watched_until_a_step_starts_from_something_else() -> None:
+    """A state of zeros may stay so for steps (a source that starts later): not refused."""
+    model = _InPlaceFromZeros()
+    with AsyncCheckpointer(model.checkpoint, model, _Nothing(), 12, l1_slots=2,
+                           interval=1) as ckp:
+        ckp.apply_forward()
+        assert model.cur.any()
         ckp.apply_reverse()

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncckpt import (AsyncCheckpointer, FileStorage, HostMemoryStorage, MemoryBudgetError,
-                       TransferError, WrapperStorage)
+                       StorageFullError, TransferError, WrapperStorage)
 from asyncckpt._memory.buffers import padded
 from asyncckpt._planning.options import parse_bytes
 from asyncckpt.checkpoint import check_descriptor
@@ -441,3 +441,98 @@ def test_a_directory_on_tmpfs_is_memory_the_budget_counts(ram_dir: Path, disk_di
                            memory_budget=20 * buffer) as ckp:
         assert_bit_identical(forward_reverse(model, ckp), reference)
         assert ckp.storage.nbytes_held <= 20 * buffer
+
+
+_DEFAULT_STORAGE_RUN = """
+import json, sys
+import numpy as np
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
+from experiments.lstm.worker import peak_rss_bytes
+
+interval = sys.argv[1] if sys.argv[1] == "auto" else int(sys.argv[1])
+state = np.zeros(2**21 // 8)
+adjoint, scratch = np.zeros_like(state), np.zeros_like(state)
+
+class Forward:
+    def apply(self, *, t_start, t_end):
+        for _ in range(t_start, t_end):
+            np.sin(state, out=state)
+            np.add(state, 1.0, out=state)
+
+class Reverse:
+    def apply(self, *, t_start, t_end):
+        np.add(adjoint, np.cos(state, out=scratch), out=adjoint)
+
+base = peak_rss_bytes()
+with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), 200, l1_slots=2,
+                       interval=interval) as ckp:  # storage=None, no memory_budget
+    ckp.apply_forward()
+    ckp.apply_reverse()
+    tiers = [type(tier).__name__ for tier in ckp.storage.tiers or [ckp.storage]]
+    writes = getattr(ckp.storage, "writes", None)
+print(json.dumps({"base": base, "peak": peak_rss_bytes(), "tiers": tiers, "writes": writes,
+                  "adjoint": float(adjoint.sum())}))
+"""
+
+
+@pytest.mark.parametrize("interval", ["1", "auto"])
+def test_storage_none_without_a_budget_is_bounded_by_the_default(interval: str,
+                                                                 disk_dir: Path) -> None:
+    """storage=None with l1_slots and no memory_budget: 200 states of 2 MiB (400 MiB) with the
+    default bound set to 24 MiB ($ASYNCCKPT_MEMORY_BUDGET): host DRAM holds what the bound
+    leaves, the rest goes to the temporary directory, and the peak resident memory grows by
+    no more than the bound + 1% + 4 MiB (before, 409 MiB with interval 1: every state in
+    DRAM); the adjoint is the same as with everything in DRAM."""
+    from conftest import ROOT as root
+    bound = 24 * 2**20
+    reports = []
+    for env in ({"ASYNCCKPT_MEMORY_BUDGET": str(bound), "TMPDIR": str(disk_dir)}, {}):
+        done = subprocess.run([sys.executable, "-c", _DEFAULT_STORAGE_RUN, interval],
+                              capture_output=True, text=True, cwd=root, timeout=300,
+                              env={**os.environ, **env})
+        assert done.returncode == 0, done.stderr
+        reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    bounded, unbounded = reports
+    assert bounded["tiers"] == ["HostMemoryStorage", "FileStorage"], bounded
+    assert bounded["writes"][1] > 0, bounded  # it did spill to the temporary directory
+    growth = bounded["peak"] - bounded["base"]
+    assert growth <= 1.01 * bound + 4 * 2**20, (growth / 2**20, bounded)
+    assert bounded["adjoint"] == unbounded["adjoint"]
+
+
+def test_storage_none_where_every_state_fits_the_default_bound_stays_untiered() -> None:
+    """Below the default bound a run could not reach it: Level-2 stays one DRAM backend, whose
+    tiny transfers run inline; a run of unknown length could, so it is tiered."""
+    model = RecurrentCell(50)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), 50, l1_slots=2,
+                           interval=5) as ckp:
+        assert isinstance(ckp.storage, HostMemoryStorage)
+        assert ckp.plan.transfers == "inline"
+        assert_bit_identical(forward_reverse(model, ckp), store_all_reference(model))
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), None, l1_slots=2,
+                           interval=5) as ckp:
+        assert [type(tier) for tier in ckp.storage.tiers] == [HostMemoryStorage, FileStorage]
+        assert ckp.plan.capacities[1] is None
+
+
+def test_plans_fit_the_room_of_a_small_device(small_tmpfs: Path) -> None:
+    """States of 1 MiB, n = 200, Level-2 a 20 MiB tmpfs: "auto" plans within the device's room
+    (it refused with StorageFullError, "writes 200 states", where a fixed interval of 10 runs),
+    and a fixed interval that does not fit is refused naming the least one that does."""
+    n = 200
+    model = RecurrentCell(n, batch=256, hidden=256)
+    assert check_descriptor(model) == 2**20
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=4,
+                           storage=small_tmpfs) as ckp:
+        assert_bit_identical(forward_reverse(model, ckp), reference)
+        room = ckp.storage.room_for(2**20)
+        assert 0 < ckp.stats.l2_writes <= room <= 20
+    least = -(-n // room)
+    with pytest.raises(StorageFullError, match=f"interval 1 writes 200 states .* room for {room}: "
+                                               f"interval {least} is the least that fits"):
+        AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=4, interval=1,
+                          storage=small_tmpfs)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=4,
+                           interval=least, storage=small_tmpfs) as ckp:
+        assert_bit_identical(forward_reverse(model, ckp), reference)

@@ -1,0 +1,69 @@
+"""Whether the forward operator updates the descriptor's arrays in place: an operator that
+rebinds its names to new arrays (``p.prev, p.cur = p.cur, new``) leaves the arrays the
+checkpointer copies as they were, and every restored state would be the first one (a wrong
+adjoint, and no error anywhere else)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import xxhash
+
+from ..errors import UsageError
+
+__all__ = ["InPlaceCheck"]
+
+
+class InPlaceCheck:
+    """Watches the first forward calls of a checkpointer that run between two calls of the
+    descriptor the schedule makes anyway (``u_t`` before the call, ``u_end`` after it, as a
+    store does): from the first that starts from a state not all zeros (a state of zeros may
+    stay so for a while, legitimately), the state's bytes must change, else
+    :class:`UsageError`. It costs one pass over the state before and one after, no call of
+    the descriptor, and watches at most :attr:`WATCHED` calls, on host arrays only."""
+
+    #: forward calls watched at most before the check gives up
+    WATCHED = 8
+
+    def __init__(self, on_host: bool) -> None:
+        self.left = self.WATCHED if on_host else 0
+        #: (digest of u_begin, begin, end) of the call being watched
+        self.pending: tuple[int, int, int] | None = None
+
+    def advancing(self, arrays: Sequence[np.ndarray], at: int, begin: int, end: int) -> None:
+        """Before a forward call from ``begin`` to ``end``; ``arrays``: the descriptor's last
+        answer, for u_at."""
+        self.pending = None
+        self.left -= 1
+        if at == begin and any(array.any() for array in arrays):
+            self.pending = _digest(arrays), begin, end
+
+    def arrived(self, arrays: Sequence[np.ndarray], step: int, into: bool) -> None:
+        """The descriptor's arrays of u_step (to copy into them, where ``into``): those of the
+        watched call's end decide it.
+
+        Raises
+        ------
+        UsageError
+            If the watched call left the state's bytes as they were.
+        """
+        assert self.pending is not None
+        digest, begin, end = self.pending
+        self.pending = None
+        if into or step != end:
+            return
+        self.left = 0
+        if _digest(arrays) == digest:
+            steps = f"step {begin}" if end == begin + 1 else f"steps {begin} to {end - 1}"
+            raise UsageError(
+                f"the forward operator's {steps} left the checkpoint's {len(arrays)} "
+                "array(s) exactly as they were: update the state in place (u[:] = ..., "
+                "np.add(a, b, out=u)), not by binding names to new arrays; the checkpointer "
+                "stores and restores states through the arrays the descriptor gives it")
+
+
+def _digest(arrays: Sequence[np.ndarray]) -> int:
+    hasher = xxhash.xxh3_64()
+    for array in arrays:
+        hasher.update(np.ascontiguousarray(array).view(np.uint8).reshape(-1).data)
+    return hasher.intdigest()
