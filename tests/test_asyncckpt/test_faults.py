@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from asyncckpt import AsyncCheckpointer, CorruptionError, StorageFullError, TransferError
+from asyncckpt.checkpoint import check_descriptor
 from conftest import asyncckpt_threads, wait_no_threads
 from faults import FaultyFile, FaultyMemory
 from workloads import (Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse,
@@ -212,26 +213,30 @@ def test_a_new_run_after_a_failure_is_exact(faulty) -> None:
 
 def test_a_run_that_cannot_fit_on_the_device_fails_before_it_starts(disk_dir: Path) -> None:
     model = RecurrentCell(10)
-    with pytest.raises(StorageFullError, match=r"the run writes \d+ states .* GiB\), the device "
-                                               r"has [\d.]+ GiB free"):
+    with pytest.raises(StorageFullError, match=r"interval 1 writes \d+ states .* room for \d+: "
+                                               r"interval \d+ is the least that fits"):
         AsyncCheckpointer(model, Forward(model), Reverse(model), 10**13, l1_slots=2, interval=1,
                           storage=disk_dir)
     assert list(disk_dir.iterdir()) == []
     assert asyncckpt_threads() == []
 
 
-def test_with_auto_interval_too_small_a_device_is_refused_before_any_write(disk_dir: Path) -> None:
-    model = RecurrentCell(10)
+def test_with_auto_interval_a_small_device_gets_a_plan_that_fits(disk_dir: Path) -> None:
+    """A device with room for a few states: "auto" plans within it (it used to refuse the run
+    at its first apply_forward, having priced a plan that writes every state)."""
+    n = 200
+    model = RecurrentCell(n)
+    reference = store_all_reference(model)
     storage = FaultyFile(disk_dir)
-    storage.free_bytes = lambda: 4096  # type: ignore[method-assign] # room for one state
-    ckp = AsyncCheckpointer(model, Forward(model), Reverse(model), 10**6, l1_slots=2,
+    storage.free_bytes = lambda: 3 * 4096  # type: ignore[method-assign] # room for 3 more
+    ckp = AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2,
                             storage=storage)
-    probe_puts = storage.puts  # the construction measures a write and a read
     try:
-        with pytest.raises(StorageFullError, match="the device has 0.00 GiB free"):
-            model.reset()
-            ckp.apply_forward()
-        assert storage.puts == probe_puts  # u_0 was never written
+        room = storage.room_for(check_descriptor(model))
+        assert room < n
+        for got, want in zip(forward_reverse(model, ckp), reference, strict=True):
+            assert got.tobytes() == want.tobytes()
+        assert ckp.stats.l2_writes <= room
     finally:
         assert_clean(ckp, storage)
 
