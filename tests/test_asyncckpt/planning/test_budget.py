@@ -174,9 +174,9 @@ import numpy as np
 from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
 from experiments.lstm.worker import peak_rss_bytes
 
-n, mib, budget = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+n, mib, options = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
 state = np.zeros(mib * 2**20 // 8)
-adjoint = np.zeros_like(state)
+adjoint, scratch = np.zeros_like(state), np.zeros_like(state)
 
 class Forward:
     def apply(self, *, t_start, t_end):
@@ -186,27 +186,36 @@ class Forward:
 
 class Reverse:
     def apply(self, *, t_start, t_end):
-        np.add(adjoint, np.cos(state), out=adjoint)
+        np.add(adjoint, np.cos(state, out=scratch), out=adjoint)
 
 base = peak_rss_bytes()
-with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, interval=1,
-                       storage=["dram", sys.argv[4]], memory_budget=budget) as ckp:
+with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, **options) as ckp:
     ckp.apply_forward()
     ckp.apply_reverse()
-    writes = ckp.storage.writes
-print(json.dumps({"base": base, "peak": peak_rss_bytes(), "writes": writes}))
+    tiers = [type(tier).__name__ for tier in ckp.storage.tiers or [ckp.storage]]
+    writes = getattr(ckp.storage, "writes", None)
+print(json.dumps({"base": base, "peak": peak_rss_bytes(), "tiers": tiers, "writes": writes,
+                  "adjoint": float(adjoint.sum())}))
 """
+
+
+def budgeted_run(n: int, mib: int, env: dict | None = None, **options) -> dict:
+    """What :data:`_BUDGETED_RUN` reports of a run of ``n`` states of ``mib`` MiB in a fresh
+    process, with ``options`` for the checkpointer and ``env`` added to its environment."""
+    from conftest import ROOT as root
+    done = subprocess.run([sys.executable, "-c", _BUDGETED_RUN, str(n), str(mib),
+                           json.dumps(options)], capture_output=True, text=True, cwd=root,
+                          timeout=300, env={**os.environ, **(env or {})})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_a_fresh_process_stays_within_its_budget(disk_dir: Path) -> None:
     """200 states of 2 MiB (400 MiB) under a 48 MiB budget: the peak resident memory grows by
     no more than the budget (plus 4 MiB for the interpreter's own allocations)."""
     budget = 48 * 2**20
-    from conftest import ROOT as root
-    done = subprocess.run([sys.executable, "-c", _BUDGETED_RUN, "200", "2", str(budget),
-                           str(disk_dir)], capture_output=True, text=True, cwd=root, timeout=120)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = budgeted_run(200, 2, interval=1, storage=["dram", str(disk_dir)],
+                          memory_budget=budget)
     assert report["writes"][1] > 0, report  # it did spill to disk
     growth = report["peak"] - report["base"]
     assert growth <= budget + 4 * 2**20, (growth / 2**20, report)
@@ -443,38 +452,6 @@ def test_a_directory_on_tmpfs_is_memory_the_budget_counts(ram_dir: Path, disk_di
         assert ckp.storage.nbytes_held <= 20 * buffer
 
 
-_DEFAULT_STORAGE_RUN = """
-import json, sys
-import numpy as np
-from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
-from experiments.lstm.worker import peak_rss_bytes
-
-interval = sys.argv[1] if sys.argv[1] == "auto" else int(sys.argv[1])
-state = np.zeros(2**21 // 8)
-adjoint, scratch = np.zeros_like(state), np.zeros_like(state)
-
-class Forward:
-    def apply(self, *, t_start, t_end):
-        for _ in range(t_start, t_end):
-            np.sin(state, out=state)
-            np.add(state, 1.0, out=state)
-
-class Reverse:
-    def apply(self, *, t_start, t_end):
-        np.add(adjoint, np.cos(state, out=scratch), out=adjoint)
-
-base = peak_rss_bytes()
-with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), 200, l1_slots=2,
-                       interval=interval) as ckp:  # storage=None, no memory_budget
-    ckp.apply_forward()
-    ckp.apply_reverse()
-    tiers = [type(tier).__name__ for tier in ckp.storage.tiers or [ckp.storage]]
-    writes = getattr(ckp.storage, "writes", None)
-print(json.dumps({"base": base, "peak": peak_rss_bytes(), "tiers": tiers, "writes": writes,
-                  "adjoint": float(adjoint.sum())}))
-"""
-
-
 @pytest.mark.parametrize("interval", ["1", "auto"])
 def test_storage_none_without_a_budget_is_bounded_by_the_default(interval: str,
                                                                  disk_dir: Path) -> None:
@@ -483,16 +460,11 @@ def test_storage_none_without_a_budget_is_bounded_by_the_default(interval: str,
     leaves, the rest goes to the temporary directory, and the peak resident memory grows by
     no more than the bound + 1% + 4 MiB (before, 409 MiB with interval 1: every state in
     DRAM); the adjoint is the same as with everything in DRAM."""
-    from conftest import ROOT as root
     bound = 24 * 2**20
-    reports = []
-    for env in ({"ASYNCCKPT_MEMORY_BUDGET": str(bound), "TMPDIR": str(disk_dir)}, {}):
-        done = subprocess.run([sys.executable, "-c", _DEFAULT_STORAGE_RUN, interval],
-                              capture_output=True, text=True, cwd=root, timeout=300,
-                              env={**os.environ, **env})
-        assert done.returncode == 0, done.stderr
-        reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    bounded, unbounded = reports
+    given = int(interval) if interval.isdigit() else interval
+    bounded, unbounded = [budgeted_run(200, 2, env, l1_slots=2, interval=given)  # storage=None
+                          for env in ({"ASYNCCKPT_MEMORY_BUDGET": str(bound),
+                                       "TMPDIR": str(disk_dir)}, {})]
     assert bounded["tiers"] == ["HostMemoryStorage", "FileStorage"], bounded
     assert bounded["writes"][1] > 0, bounded  # it did spill to the temporary directory
     growth = bounded["peak"] - bounded["base"]
