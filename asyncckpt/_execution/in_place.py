@@ -20,13 +20,15 @@ class InPlaceCheck:
     store does): from the first that starts from a state not all zeros (a state of zeros may
     stay so for a while, legitimately), the state's bytes must change, else
     :class:`UsageError`. It costs one pass over the state before and one after, no call of
-    the descriptor, and watches at most :attr:`WATCHED` calls, on host arrays only."""
+    the descriptor, and watches at most :attr:`WATCHED` calls, on host arrays only. A forward
+    operator whose ``updates_in_place`` is true is not watched (its steps may leave a state
+    as it was: a fixed point)."""
 
     #: forward calls watched at most before the check gives up
     WATCHED = 8
 
-    def __init__(self, on_host: bool) -> None:
-        self.left = self.WATCHED if on_host else 0
+    def __init__(self, watched: bool) -> None:
+        self.left = self.WATCHED if watched else 0
         #: (digest of u_begin, begin, end) of the call being watched
         self.pending: tuple[int, int, int] | None = None
 
@@ -58,8 +60,10 @@ class InPlaceCheck:
             raise UsageError(
                 f"the forward operator's {steps} left the checkpoint's {len(arrays)} "
                 "array(s) exactly as they were: update the state in place (u[:] = ..., "
-                "np.add(a, b, out=u)), not by binding names to new arrays; the checkpointer "
-                "stores and restores states through the arrays the descriptor gives it")
+                "np.add(a, b, out=u)), not by binding names to new arrays: the checkpointer "
+                "stores and restores states through the arrays the descriptor gives it (where "
+                "these steps truly leave the state as it was, set updates_in_place = True on "
+                "the forward operator)")
 
 
 def _digest(arrays: Sequence[np.ndarray]) -> int:

@@ -92,7 +92,8 @@ class Interpreter:
         self.expected_stores = 0
         self._boundaries = 0  # interval boundaries passed this sweep (Level-2 stores, frees)
         self._expected = 0  # ... expected this sweep
-        self.in_place = InPlaceCheck(on_host=self.link.device is None)
+        self.in_place = InPlaceCheck(self.link.device is None
+                                     and not getattr(fwd_operator, "updates_in_place", False))
 
     def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
         """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else

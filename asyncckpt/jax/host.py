@@ -74,6 +74,10 @@ class Handoff:
 class _Forward:
     """The checkpointer's forward operator: segment s's end carry, as XLA hands it over."""
 
+    #: it copies every carry into the live arrays, and a step may leave a carry as it was (a
+    #: fixed point), which the checkpointer's check for rebound arrays would refuse
+    updates_in_place = True
+
     def __init__(self, run: "HostRun") -> None:
         self.run = run
 

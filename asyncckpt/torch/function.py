@@ -20,6 +20,10 @@ class Run(Protocol):
 class ForwardOperator:
     """The checkpointer's forward operator: steps of the run."""
 
+    #: it copies every carry into the live arrays, and a step may leave a carry as it was (a
+    #: fixed point), which the checkpointer's check for rebound arrays would refuse
+    updates_in_place = True
+
     def __init__(self, scan: Run) -> None:
         self.scan = scan
 

@@ -363,3 +363,35 @@ def test_a_state_of_zeros_is_watched_until_a_step_starts_from_something_else() -
         ckp.apply_forward()
         assert model.cur.any()
         ckp.apply_reverse()
+
+
+class _FixedPoint:
+    """Steps that leave a non-zero state exactly as it was (u = 1 is a fixed point of
+    u -> 0.5 u + 0.5), in place."""
+
+    updates_in_place = True
+
+    def __init__(self) -> None:
+        self.state = np.ones(16)
+        self.checkpoint = ArrayCheckpoint([self.state])
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        for _ in range(t_start, t_end):
+            np.multiply(self.state, 0.5, out=self.state)
+            np.add(self.state, 0.5, out=self.state)
+
+
+def test_an_operator_that_declares_it_updates_in_place_is_not_watched() -> None:
+    """A fixed point looks like rebound arrays; the operator's updates_in_place says it is not
+    (the torch and JAX adapters' operators declare it)."""
+    model = _FixedPoint()
+    with AsyncCheckpointer(model.checkpoint, model, _Nothing(), 12, l1_slots=2,
+                           interval=3) as ckp:
+        ckp.apply_forward()
+        ckp.apply_reverse()
+    model.updates_in_place = False
+    with AsyncCheckpointer(model.checkpoint, model, _Nothing(), 12, l1_slots=2,
+                           interval=3) as ckp:
+        with pytest.raises(UsageError, match="set updates_in_place = True"):
+            ckp.apply_forward()
+
