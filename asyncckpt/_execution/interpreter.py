@@ -98,7 +98,8 @@ class Interpreter:
     def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
         """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else
         ``get_data``), checked against its size and dtype once for as long as it keeps returning
-        the same array objects; their bytes are then in ``_known_nbytes``."""
+        the same array objects; their bytes are then in ``_known_nbytes``. A forward call the
+        in-place check watches is decided here, at the call for its end state."""
         method = "get_data_location" if into else "get_data"
         start = time.perf_counter()
         arrays = getattr(self.checkpoint, method)(step)
