@@ -58,8 +58,8 @@ def default_budget(nbytes: int, available: int | None = None) -> int:
         buffers.
     """
     if environment("ASYNCCKPT_MEMORY_BUDGET") is None:
-        # refuses a share with no slot beside the buffers
-        _slots_in_share(nbytes, available_memory() if available is None else available)
+        available = available_memory() if available is None else available
+        _slots_in_share(nbytes, available)  # refuses a share with no slot beside the buffers
     return default_bound(available)
 
 

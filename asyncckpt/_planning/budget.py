@@ -207,7 +207,7 @@ class MemoryPlan:
     def bounds_level2(self, in_level1: bool) -> bool:
         """Whether a budget (or the default bound) limits what Level-2 keeps in process memory:
         on the host ``memory_budget``, on a device ``host_memory_budget``."""
-        bound = (self.budget or self.host_buffers) if self.on_host else self.host_states
+        bound = self.bound_buffers if self.on_host else self.host_states
         return bound is not None and not in_level1
 
     def dram_states(self, l1_slots: int) -> int:

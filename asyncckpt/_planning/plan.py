@@ -164,8 +164,9 @@ class Planner:
         if self._planned == (interval, self.l1_slots):
             return
         if n is not None:
-            self._check_room(interval, len(range(0, n, interval)))
-            self.storage.reserve(self.memory.nbytes, len(range(0, n, interval)))
+            l2_states = len(range(0, n, interval))
+            self._check_room(interval, l2_states)
+            self.storage.reserve(self.memory.nbytes, l2_states)
         self.interval = interval
         self._planned = interval, self.l1_slots
         # an adaptive or online run's schedule is made per run, fed by that run

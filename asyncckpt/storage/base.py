@@ -96,7 +96,8 @@ class Storage(abc.ABC):
 
     def room_for(self, nbytes: int) -> int | None:
         """How many states of ``nbytes`` bytes the device could hold now, those it holds
-        included (None: no limit it can tell, the default); "auto" plans within it."""
+        included (None: no limit it can tell, the default); "auto" plans within it, asking
+        each of :attr:`tiers` where there are several."""
         return None
 
     def set_byte_limit(self, tier: int, nbytes: int | None) -> None:

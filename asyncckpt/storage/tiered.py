@@ -128,19 +128,6 @@ class TieredStorage(Storage):
                 self.reads[index] += 1
                 self.read_s[index] += seconds
 
-    def room_for(self, nbytes: int) -> int | None:
-        """States of ``nbytes`` the tiers hold together: each the least of its capacity, its
-        byte limit and its device's room."""
-        total = 0
-        for tier, capacity, limit in zip(self._tiers, self._capacities, self.byte_limits):
-            bounds = [bound for bound in (capacity, tier.room_for(nbytes),
-                                          None if limit is None else limit // padded(nbytes))
-                      if bound is not None]
-            if not bounds:
-                return None
-            total += min(bounds)
-        return total
-
     def set_capacity(self, tier: int, capacity: int | None) -> None:
         """Change how many states ``tier`` may hold from now on."""
         with self._lock:
