@@ -157,6 +157,18 @@ def _where(run: dict[str, float], quiet: dict[str, float], n: int) -> dict[str, 
     return {k: round(v, 3) for k, v in parts.items()}
 
 
+def paired(numerator: list[float], denominator: list[float], *,
+           skip_first: bool = False) -> float:
+    """The median over rounds of one method's time over another's in the same round: on this
+    shared machine a whole round runs up to 25% faster or slower than the next, which a ratio
+    of medians over rounds takes for a difference between the methods. ``skip_first``: from
+    the second round on (the first faults memory in)."""
+    pairs = list(zip(numerator, denominator))
+    if skip_first and len(pairs) > 1:
+        pairs = pairs[1:]
+    return round(statistics.median(a / b for a, b in pairs), 3)
+
+
 def parse_memory(text: str) -> float | int:
     """``--memory``: a share of all the run's states ("2%", "0.02"; a float in (0, 1]) or a
     size ("148MiB", "160000000"; an int of bytes)."""
@@ -356,7 +368,10 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
         best = min(fixed, key=lambda k: warm[f"{protocol}-I{k}"])
         out[f"{protocol}_auto_over_best_fixed"] = {  # within 5% where the ratio is <= 1.05
             "best_interval": best, "ratio": round(warm[protocol] / warm[f"{protocol}-I{best}"], 3),
-            "medians_after_the_first_run": True}
+            "medians_after_the_first_run": True,
+            # against each fixed interval in the same rounds; the largest is against the best
+            "paired": {k: paired(times[protocol], times[f"{protocol}-I{k}"], skip_first=True)
+                       for k in fixed}}
     out[f"{peer}_over_floor"] = round(median[peer] / floor, 3)
     for method in (m for m in methods if "+" in m):  # with a codec: beside the same protocol
         final = runs[method][-1]
@@ -368,6 +383,7 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
             "l2_writes_per_tier", "total_s")}
     for method in protocols:
         out[f"{peer}_over_{method}"] = round(median[peer] / median[method], 3)
+        out[f"{peer}_over_{method}_paired"] = paired(times[peer], times[method])
         if peer != "pyrevolve-slots" and "pyrevolve-slots" in median:
             out[f"pyrevolve{slots}_over_{method}"] = round(
                 median["pyrevolve-slots"] / median[method], 3)
