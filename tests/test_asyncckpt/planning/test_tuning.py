@@ -245,6 +245,25 @@ def test_steps_beside_background_transfers_are_priced_apart_for_plans_with_level
                                                      tx=PRIOR_TX_COPIES * 6e-4)
 
 
+def test_transfers_are_not_charged_for_copies_colder_than_the_probes() -> None:
+    # Devito 3D, 6 MiB states: the probe copied cache-held memory in 0.29 ms, every run
+    # copied in 0.52 to 0.69 ms, transfers or not; charged to 82 transfers, that made tx 12 ms
+    def probed() -> IntervalTuner:
+        return IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False,
+                             taping=True, tw=1e-3, tr=1e-3, tc=3e-4, tf=1e-3)
+    busy = Stats(copies=100, copy_s=0.06, l2_writes=10, l2_reads=10)
+    steps = calls_of(0.0, 1e-3, [1, 10])  # the forward calls at their probed cost
+    tuner = probed()
+    tuner.learn(busy, fit=steps)
+    assert tuner.tx == pytest.approx(0.0)  # the copies' 0.03 s is no transfer's
+    # once a run without transfers has measured what its copies cost, the busy run's copies
+    # beyond that are the transfers'
+    tuner = probed()
+    tuner.learn(Stats(copies=100, copy_s=0.04), fit=steps)
+    tuner.learn(busy, fit=steps)
+    assert tuner.tx == pytest.approx(0.02 / (PRIOR_TRANSFERS + 20))
+
+
 def test_copies_beside_background_transfers_are_priced_apart_for_plans_with_level2() -> None:
     # Devito 3D: a 10 MiB copy took 0.6 ms in Level-1 alone and 1.2 ms beside the I/O thread
     def fresh() -> IntervalTuner:
