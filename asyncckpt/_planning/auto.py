@@ -23,7 +23,7 @@ from .._execution.link import HostLink
 from .._execution.ranks import Ranks
 from .plan import Planner
 from .._memory.pool import POOL
-from .choice import Plan, cheapest_near_fastest, fastest_once_warm
+from .choice import Plan, cheapest_near_fastest, explored, fastest_once_warm
 from .cost_memory import COSTS, agree_costs
 from .tuner import CallFit, IntervalTuner
 from ..errors import InvalidValueError, MemoryBudgetError
@@ -294,7 +294,9 @@ class AutoPlanner:
         """Take the schedule the model predicts fastest once memory is warm, or after a first
         run one within :data:`~asyncckpt._planning.tuner.NEAR_TIE` of it that faults in less fresh
         memory: an interval, or Revolve in Level-1 alone; under a budget without fixed slots,
-        also the split of the budget between Level-1 slots and the DRAM tier. The prediction
+        also the split of the budget between Level-1 slots and the DRAM tier. A kind of plan
+        no run has measured, priced within :data:`~asyncckpt._planning.choice.EXPLORE` of that,
+        runs once instead (:func:`~asyncckpt._planning.choice.explored`). The prediction
         adds what this run pays to fault in the memory no earlier run left (see
         :mod:`asyncckpt._planning.tuner`)."""
         tuner, planner = self.tuner, self.planner
@@ -304,6 +306,11 @@ class AutoPlanner:
         plans = self._plans()
         plan = (cheapest_near_fastest(plans, traffic_priced=tuner.tx is not None)
                 if tuner.runs else fastest_once_warm(plans))
+        chosen = plan
+        if tuner.runs and not planner.adaptive:  # the runs whose residual is learned
+            # as runs learn them: with transfers beyond what the staging buffers absorb
+            plan = explored(plans, plan, lambda plan: tuner.measured(
+                plan.transfers > tuner.staging_buffers))
         if log.isEnabledFor(logging.DEBUG):
             self._log(plans, plan)
         slots, interval = plan.slots, plan.interval
@@ -316,7 +323,8 @@ class AutoPlanner:
         self._intervals.clear()
         stats.calibration = tuner.record(plan.choice)
         stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
-                                 predicted_faults_s=plan.faults_s, compressed=plan.compressed)
+                                 predicted_faults_s=plan.faults_s, compressed=plan.compressed,
+                                 explored=plan is not chosen)
         # every input is agreed, so one plan is expected; where not, the error says from what
         self.ranks.same("the plan (l1_slots, interval; 0: Level-1 alone)",
                         (planner.l1_slots, interval),

@@ -162,6 +162,13 @@ class IntervalTuner:
             return Costs(tf=tf, tb=tb, tw=0.0, tr=0.0, tc=tc + (tw + tr) / 2, tcall=tcall)
         return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall, tx=tx)
 
+    def measured(self, level2: bool) -> bool:
+        """Whether a run of this kind of plan has been learned from: with Level-2 transfers on
+        the I/O thread beside the compute (``level2``), or without (inline transfers run
+        beside nothing: their runs are of the quiet kind)."""
+        busy = level2 and not self.inline
+        return bool((self.busy if busy else self.quiet).copy_mean.weight)
+
     def _run_copy_s(self) -> float | None:
         """A copy within Level-1 as a run pays it, for plans without transfers: as their runs
         measured it, else as runs with transfers did, else as the probe did. The probe copies

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from asyncckpt._planning.choice import EXPLORE, explored
 from asyncckpt._planning.cost_memory import AGREED_LARGEST, CostMemory, agree_costs
 from asyncckpt._planning.tuner import (NEAR_TIE, PRIOR_TRANSFERS, PRIOR_TX_COPIES, RUN_DECAY,
                                        CallFit, IntervalTuner, Plan, RunMean,
@@ -49,6 +50,38 @@ def test_a_clearly_faster_plan_is_taken_despite_its_faults() -> None:
     fastest = plan(500, 5.00, faults_s=15.0)
     warm = plan(1, 5.00 * (1 + 2 * NEAR_TIE))
     assert cheapest_near_fastest([warm, fastest]) is fastest
+
+
+def test_a_kind_of_plan_no_run_has_measured_runs_once_where_its_price_is_near() -> None:
+    # Devito 3D at 8% of the states: the runs of I = 2 (499 transfers) priced Revolve in 79
+    # slots with their copies and residual, 4.5% above I = 2, and it ran 19% faster
+    def measured(plan: Plan) -> bool:
+        return plan.transfers > 0  # runs with transfers have been learned from, none without
+    interval = plan(1, 9.23, transfers=499)
+    alone = plan(79, 9.65)
+    fewer_slots = plan(51, 9.68)
+    assert explored([interval, alone, fewer_slots], interval, measured) is alone
+    # priced beyond the margin it stays untried, and a chosen plan of the untried kind stays
+    far = plan(79, 9.23 * (1 + 2 * EXPLORE))
+    assert explored([interval, far], interval, measured) is interval
+    assert explored([interval, alone], alone, measured) is alone
+    # once both kinds have run, the choice stands
+    assert explored([interval, alone], interval, lambda plan: True) is interval
+    with pytest.raises(ValueError, match="margin"):
+        explored([interval], interval, measured, margin=-0.1)
+
+
+def test_the_tuner_knows_which_kinds_of_plan_its_runs_measured() -> None:
+    tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False,
+                          taping=True, tw=1e-3, tr=1e-3, tc=3e-4, tf=1e-3)
+    assert not tuner.measured(True) and not tuner.measured(False)
+    tuner.learn(Stats(copies=10, copy_s=0.01, l2_writes=10), fit=calls_of(0.0, 1e-3, [1, 10]))
+    assert tuner.measured(True) and not tuner.measured(False)
+    # inline transfers run beside nothing: their runs are of the quiet kind
+    inline = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=True,
+                           taping=True, tw=1e-5, tr=1e-5, tc=3e-4, tf=1e-3)
+    inline.learn(Stats(copies=10, copy_s=0.01, l2_writes=10), fit=calls_of(0.0, 1e-3, [1, 10]))
+    assert inline.measured(True) and inline.measured(False)
 
 
 def test_a_first_run_takes_the_fastest_faults_aside() -> None:
