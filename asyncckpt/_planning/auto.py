@@ -237,10 +237,17 @@ class AutoPlanner:
                                             compressed=compressed)
                                for fresh in pricings]
                 except InvalidValueError:  # these tiers hold no state beside so many slots
-                    if not budgeted:
+                    if budgeted:
+                        continue
+                    if planner.n_timesteps is None:
                         raise
-                    continue
-                intervals = {choice.interval for choice in choices}
+                    # Revolve in the fixed slots alone is left (priced below), its baselines
+                    # without the tiers
+                    choices = [tuner.choose(slots, None, fresh=False,
+                                            max_candidates=PRICED_INTERVALS)]
+                    intervals: set[int] = set()
+                else:
+                    intervals = {choice.interval for choice in choices}
                 # Level-1 alone moves no state through the codec: priced once
                 if planner.n_timesteps is not None and not (compressed and self.compress_auto):
                     intervals.add(0)

@@ -37,6 +37,22 @@ def tiers_for(kind: str, root: Path):
             "objects": [HostMemoryStorage(), FileStorage(root)], "disk": root}[kind]
 
 
+def test_auto_runs_revolve_in_fixed_slots_where_the_tiers_hold_no_state() -> None:
+    """Found by the test below in CI: one fixed slot and the engine's four buffers take the
+    whole budget, so the DRAM tier and the tmpfs (RAM, counted in the budget) hold nothing;
+    "auto" runs Revolve in the slot alone instead of failing to price an interval."""
+    n = 3
+    model = Leapfrog(n)
+    reference = store_all_reference(model)
+    buffer = padded(check_descriptor(model))
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=1,
+                           storage=["DRAM", "/dev/shm"], memory_budget=5 * buffer) as ckp:
+        for _ in range(2):
+            for a, b in zip(forward_reverse(model, ckp), reference):
+                assert a.tobytes() == b.tobytes()
+            assert ckp.stats.interval == 0 and ckp.stats.l2_writes == 0
+
+
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_budgeted_adjoints_equal_store_all_bit_for_bit(data: st.DataObject, tmp_path: Path) -> None:
