@@ -315,9 +315,7 @@ class AutoPlanner:
                 if tuner.runs else fastest_once_warm(plans))
         chosen = plan
         if tuner.runs and not planner.adaptive:  # the runs whose residual is learned
-            # as runs learn them: with transfers beyond what the staging buffers absorb
-            plan = explored(plans, plan, lambda plan: tuner.measured(
-                plan.transfers > tuner.staging_buffers))
+            plan = explored(plans, plan, lambda plan: tuner.measured(plan.transfers))
         if log.isEnabledFor(logging.DEBUG):
             self._log(plans, plan)
         slots, interval = plan.slots, plan.interval

@@ -162,12 +162,16 @@ class IntervalTuner:
             return Costs(tf=tf, tb=tb, tw=0.0, tr=0.0, tc=tc + (tw + tr) / 2, tcall=tcall)
         return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall, tx=tx)
 
-    def measured(self, level2: bool) -> bool:
-        """Whether a run of this kind of plan has been learned from: with Level-2 transfers on
-        the I/O thread beside the compute (``level2``), or without (inline transfers run
-        beside nothing: their runs are of the quiet kind)."""
-        busy = level2 and not self.inline
-        return bool((self.busy if busy else self.quiet).copy_mean.weight)
+    def beside_transfers(self, l2_writes: int) -> bool:
+        """Whether a run writing ``l2_writes`` states to Level-2 runs its compute beside the
+        I/O thread for most of the run: beyond the writes the staging buffers absorb (u_0's
+        alone, say), and not inline (inline transfers run beside nothing)."""
+        return l2_writes > self.staging_buffers and not self.inline
+
+    def measured(self, l2_writes: int) -> bool:
+        """Whether a run of the kind of a plan writing ``l2_writes`` states was learned from."""
+        kind = self.busy if self.beside_transfers(l2_writes) else self.quiet
+        return bool(kind.copy_mean.weight)
 
     def _run_copy_s(self) -> float | None:
         """A copy within Level-1 as a run pays it, for plans without transfers: as their runs
@@ -176,7 +180,7 @@ class IntervalTuner:
         touched long before (Devito 3D, 6 MiB states: 0.29 ms probed, 0.52 to 0.69 ms in
         runs of every kind), and Revolve priced with the probe's copies ran 1.17 times its
         price."""
-        if self.quiet.copy_mean.weight or self.busy.tc is None:
+        if self.measured(0) or self.busy.tc is None:
             return self.quiet.tc
         return self.busy.tc
 
@@ -285,9 +289,7 @@ class IntervalTuner:
         uncompressed states (less the codec's seconds, over the share of bytes stored); from a
         run that compressed every state, only where that raises them."""
         drift = fit.drift(self.tcall)
-        # beyond the writes the staging buffers absorb (u_0's alone, say), the I/O thread works
-        # beside the compute and the copies for most of the run
-        busy = stats.l2_writes > self.staging_buffers and not self.inline
+        busy = self.beside_transfers(stats.l2_writes)
         if drift is not None and not 1 / DRIFT <= drift <= DRIFT:
             self._learn_drifting(stats, fit)
         elif busy:
@@ -354,7 +356,7 @@ class IntervalTuner:
         if self.tf is None or not transfers or not fit.calls:
             return
         extra = fit.seconds - fit.calls * self.tcall - fit.steps * self.tf
-        if self.quiet.copy_mean.weight:
+        if self.measured(0):
             # beyond what copies cost in a run without transfers; the probe's copy, which the
             # cache holds, would charge the transfers for every copy's cold memory
             extra += stats.copy_s - stats.copies * self.tc

@@ -74,14 +74,16 @@ def test_a_kind_of_plan_no_run_has_measured_runs_once_where_its_price_is_near() 
 def test_the_tuner_knows_which_kinds_of_plan_its_runs_measured() -> None:
     tuner = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=False,
                           taping=True, tw=1e-3, tr=1e-3, tc=3e-4, tf=1e-3)
-    assert not tuner.measured(True) and not tuner.measured(False)
+    assert not tuner.measured(10) and not tuner.measured(0)
     tuner.learn(Stats(copies=10, copy_s=0.01, l2_writes=10), fit=calls_of(0.0, 1e-3, [1, 10]))
-    assert tuner.measured(True) and not tuner.measured(False)
+    assert tuner.measured(10) and not tuner.measured(0)
+    # writes the staging buffers absorb (u_0's alone) leave a run of the quiet kind
+    assert not tuner.measured(2)
     # inline transfers run beside nothing: their runs are of the quiet kind
     inline = IntervalTuner(n_steps=100, l1_slots=4, staging_buffers=2, inline=True,
                            taping=True, tw=1e-5, tr=1e-5, tc=3e-4, tf=1e-3)
     inline.learn(Stats(copies=10, copy_s=0.01, l2_writes=10), fit=calls_of(0.0, 1e-3, [1, 10]))
-    assert inline.measured(True) and inline.measured(False)
+    assert inline.measured(10) and inline.measured(0)
 
 
 def test_a_first_run_takes_the_fastest_faults_aside() -> None:
