@@ -244,6 +244,9 @@ class Planner:
         schedule = self.schedule
         fixed = schedule if isinstance(schedule, (Revolve, AsyncMultistage)) else None
         peak = self.l1_slots if fixed is None else fixed.l1_peak
+        # spares the DRAM tier keeps beyond its limit (the probe's state, written before the
+        # limit could apply to it) go to the pool first, where this run's buffers find them
+        self.use_slots(self.l1_slots)
         level1.shed(peak)
         if self._planned is not None:
             engine.buffers.equip()

@@ -365,6 +365,36 @@ def test_a_state_of_zeros_is_watched_until_a_step_starts_from_something_else() -
         ckp.apply_reverse()
 
 
+class _SettlingFromZeros:
+    """u -> sin(u) + 1 in place from zeros: within a few dozen steps it settles, bit for bit, to
+    a cycle of two states, as a simulation settling to a steady state may."""
+
+    def __init__(self) -> None:
+        self.state = np.zeros(16)
+        self.checkpoint = ArrayCheckpoint([self.state])
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        for _ in range(t_start, t_end):
+            np.sin(self.state, out=self.state)
+            np.add(self.state, 1.0, out=self.state)
+
+
+def test_a_state_that_settles_after_a_first_call_from_zeros_is_not_refused() -> None:
+    """The first call (from zeros) changed the state, which proves the operator writes in place;
+    the second (100 steps) leaves the settled state as it was. It was refused ('update the
+    state in place'), since calls from zeros decided nothing."""
+    model = _SettlingFromZeros()
+    model.apply(t_start=0, t_end=100)
+    settled = model.state.copy()
+    model.apply(t_start=100, t_end=200)
+    assert np.array_equal(model.state, settled)  # steps 100 to 199 leave u_100 as it was
+    model.state[:] = 0.0
+    with AsyncCheckpointer(model.checkpoint, model, _Nothing(), 400, l1_slots=2,
+                           interval=100) as ckp:
+        ckp.apply_forward()
+        ckp.apply_reverse()
+
+
 class _FixedPoint:
     """Steps that leave a non-zero state exactly as it was (u = 1 is a fixed point of
     u -> 0.5 u + 0.5), in place."""
