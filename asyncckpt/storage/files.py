@@ -331,6 +331,11 @@ class FileStorage(Storage):
             if slot is None:
                 raise StorageKeyError(f"FileStorage.delete({key}): key not stored")
             self._free.append(slot)
+            if self._ram and not self._slots:
+                # an empty file in RAM gives its memory back (the probe's state, a finished
+                # run's): a budget would otherwise pay for records nothing is stored in
+                os.ftruncate(self._fd, 0)
+                self._backed, self._free, self._n_records = 0, [], 0
 
     def __contains__(self, key: object) -> bool:
         with self._lock:
