@@ -97,6 +97,7 @@ def plot(points: list[dict[str, Any]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     workloads = list(dict.fromkeys((p["shape"], p["nt"]) for p in points))
     fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 3.8),
@@ -110,6 +111,10 @@ def plot(points: list[dict[str, Any]], path: Path) -> None:
                     label=protocol.removeprefix("asyncckpt-"))
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         ax.set_xscale("log")
+        # the shares measured as the ticks, in plain numbers (a log axis labels 3x10^0)
+        shares = [p["share"] * 100 for p in mine]
+        ax.set_xticks(shares, [f"{share:g}" for share in shares])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("memory for checkpoints, % of all states")
         ax.set_title(f"{shape}, nt {nt} ({mine[0]['state_mib']} MiB states)", fontsize=9)
     axes[0][0].set_ylabel("pyrevolve / asyncckpt \"auto\" (above 1: faster)")
