@@ -253,9 +253,9 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
             start = time.perf_counter()
             grad, _ = solver.jacobian_adjoint(rec, u_saved, checkpointing=False)
             seconds = time.perf_counter() - start
-            # a program that checkpoints holds no full history: the others run without it
+            # a program that checkpoints holds no full history: the others run without it (the
+            # loop's collection after every gradient frees it)
             u_saved = None
-            gc.collect()
             return seconds, grad.data.copy()
         wavesolver.Revolver = {"pyrevolve": pyrevolve.Revolver,
                                "pyrevolve-slots": PyrevolveWithSlots}.get(method, Compat)
