@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 from copy import deepcopy
-from dataclasses import replace
+from dataclasses import astuple, replace
 from typing import Any
 
 from schedules.model import CodecCosts
 
+from .residual import Missed
 from .tuner import IntervalTuner
 
 __all__ = ["AGREED_LARGEST", "COSTS", "CostMemory", "agree_costs"]
@@ -46,7 +47,7 @@ class CostMemory:
         recalled = deepcopy(tuner)
         recalled.quiet, recalled.busy = known.quiet, known.busy
         recalled.runs, recalled.fault_s, recalled.tx = known.runs, known.fault_s, known.tx
-        recalled.residual = known.residual
+        recalled.misses = known.misses
         if known.codec is not None:
             recalled.codec = known.codec
         recalled.transfers = replace(
@@ -87,7 +88,7 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     tiers = tuner.tier_costs or []
     codec = tuner.codec
     largest = [getattr(tuner, name) for name in AGREED_LARGEST]
-    largest += [tuner.residual[False], tuner.residual[True]]
+    largest += [tuner.residual[False], tuner.residual[True], *astuple(tuner.missed)]
     largest += [cost for pair in tiers for cost in pair]
     largest += [None] * 3 if codec is None else [codec.compress_s, codec.decompress_s,
                                                  codec.stored]
@@ -105,7 +106,8 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     for name, value in zip(AGREED_LARGEST, agreed):
         setattr(tuner, name, value)
     tuner.residual = {False: agreed[named], True: agreed[named + 1]}
-    rest = agreed[named + 2:]
+    tuner.missed = Missed(*agreed[named + 2:named + 5])
+    rest = agreed[named + 5:]
     if tuner.tier_costs is not None:
         tuner.tier_costs = [(rest[2 * i], rest[2 * i + 1]) for i in range(len(tiers))]
     compress_s, decompress_s, stored, *adjoints = rest[2 * len(tiers):]

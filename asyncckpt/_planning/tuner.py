@@ -22,6 +22,7 @@ from .._execution.timing import RUN_DECAY, CallFit
 from .choice import NEAR_TIE, Plan, cheapest_near_fastest, fastest_once_warm
 from .costs import (DRIFT, LOADED, PRIOR_TRANSFERS, ComputeCosts, RunMean, TransferCosts,
                     blend)
+from .residual import Residual
 
 __all__ = ["CallFit", "RunMean", "IntervalTuner", "Plan", "NEAR_TIE", "RUN_DECAY", "LOADED",
            "PRIOR_TRANSFERS", "fastest_once_warm", "cheapest_near_fastest"]
@@ -80,6 +81,8 @@ class IntervalTuner:
     tr = _Kept("transfers", "tr")
     tier_costs = _Kept("transfers", "tier_costs")
     loaded_costs = _Kept("transfers", "loaded_costs")
+    residual = _Kept("misses", "per_step")
+    missed = _Kept("misses", "missed")
 
     def __init__(self, n_steps: int, l1_slots: int, staging_buffers: int, inline: bool,
                  taping: bool, tw: float, tr: float, tc: float, tf: float | None = None,
@@ -105,10 +108,8 @@ class IntervalTuner:
         self.fault_s = fault_s
         #: state buffers already faulted in that the next run can use
         self.warm_buffers = warm_buffers
-        #: seconds per step that runs took beyond the model's price of their plan
-        #: (what it does not see: a descriptor's calls, cold copies, the runtime's own work),
-        #: for plans without Level-2 (False) and with it (True); None: not measured
-        self.residual: dict[bool, float | None] = {False: None, True: None}
+        #: what runs took beyond the model's price of their plan (``residual``: per step)
+        self.misses = Residual()
 
     def __repr__(self) -> str:
         def ms(value: float | None) -> str:
@@ -139,7 +140,8 @@ class IntervalTuner:
             # no run beside transfers yet: each takes the memory bandwidth of its passes over
             # the state (the transfer's and its checksum's) from the compute beside it
             tx = PRIOR_TX_COPIES * quiet[3]
-        if busy and not self.inline and tx is not None:
+        split = busy and not self.inline and tx is not None
+        if split:
             # quiet costs and tx per transfer; the reverse call's contention is in tx only
             # where its quiet cost is known (see learn)
             beside = (None, None, beside[2] if quiet[2] is None else None, None)
@@ -149,11 +151,10 @@ class IntervalTuner:
         tf, tcall, adjoint, tc = (a if a is not None else b for a, b in zip(first, then))
         assert tf is not None and tcall is not None and tc is not None
         tb = tf + (adjoint if adjoint is not None else tf)
-        residual = self.residual[busy]
-        if residual is None:  # what one kind of plan missed, the other most likely misses too
-            residual = self.residual[not busy]
+        residual, per_transfer = self.misses.of(busy, split)
         if residual:  # a forward step (and the one a taping reverse step makes) costs it
             tf, tb = max(tf + residual, tf / 2), max(tb + residual, tb / 2)
+        tx = max(tx + per_transfer, 0.0)
         tw, tr = self.tw, self.tr
         if compressed:
             codec = self._codec()
@@ -310,27 +311,24 @@ class IntervalTuner:
     def learn_residual(self, stats: Any, capacities: Sequence[int | None] | None, *,
                        compressed: bool = False) -> None:
         """After :meth:`learn`: what the completed run (``stats``) took beyond the price of its
-        plan at the costs just learned, faults aside, per step, pooled with earlier
-        runs of plans of its kind (:attr:`residual`). A run far off its prediction thus
-        corrects the price of the next plans. A first run, which probed the operator, is not
-        learned from."""
+        plan at the costs just learned, faults aside, pooled with earlier runs (:attr:`misses`).
+        A run far off its prediction thus corrects the price of the next plans. A first run,
+        which probed the operator, is not learned from."""
         if not stats.forward_steps or stats.probe_steps:
             # a probed first run was priced from probes and pays for cold caches and compiled
             # operators besides: what it missed would price its kind of plan out for good
             return
-        level2 = stats.interval > 0
-        known, self.residual = self.residual, {False: None, True: None}
+        known, self.misses = self.misses, Residual()
         try:
             predicted = self.price(stats.l1_slots, stats.interval, capacities, fresh=False,
                                    compressed=compressed)
         finally:
-            self.residual = known
+            self.misses = known
         # the steps the model prices at tf or tb: a taping reverse step's forward call is
         # counted in forward_steps and priced in tb
         steps = stats.forward_steps + (0 if self.taping else stats.reverse_steps)
-        gap = (stats.total_s - stats.fresh_s - predicted) / steps
-        before = known[level2]
-        known[level2] = gap if before is None else RUN_DECAY * before + (1 - RUN_DECAY) * gap
+        known.learn(stats.interval > 0, stats.total_s - stats.fresh_s - predicted, steps,
+                    stats.l2_writes + stats.l2_reads)
 
     def _learn_drifting(self, stats: Any, fit: CallFit) -> None:
         """Take the compute costs of a run whose step cost changed midway (see :data:`DRIFT`)
@@ -389,6 +387,7 @@ class IntervalTuner:
             "tr_s": self.tr, "tc_s": self.tc, "tf_busy_s": self.tf_busy,
             "tcall_busy_s": self.tcall_busy, "tb_busy_s": self.tb_busy, "tc_busy_s": self.tc_busy,
             "tx_s": self.tx, "residual_s": dict(self.residual),
+            "residual_per_transfer_s": self.misses.of(True, self.tx is not None)[1],
             "tb_measured": self.tb is not None,
             "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",
             "taping": self.taping, "interval": choice.interval,
