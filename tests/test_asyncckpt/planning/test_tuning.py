@@ -610,6 +610,19 @@ def test_what_a_transfer_bound_plan_missed_is_charged_to_its_transfers() -> None
     unsplit.learn_residual(ran_short, None)
     assert unsplit.residual[True] == pytest.approx(0.4 / 800)
     assert unsplit.price(4, 40) > long + 0.1
+    # a plan with Level-2 that ran faster than a step's share says prices its kind per step
+    faster = IntervalTuner(400, 4, 2, inline=False, taping=True, tw=1e-4, tr=1e-4, tc=1e-4,
+                           tf=1e-3, tb=2e-3, runs=1, tx=1e-4)
+    faster.learn_residual(ran_revolve, None)
+    ran_revolve.forward_s = revolve + 0.5  # 0.5 ms a step beyond its price
+    faster.learn_residual(ran_revolve, None)
+    ran_long = Stats(n_timesteps=400, l1_slots=4, interval=40)
+    ran_long.forward_steps, ran_long.l2_writes, ran_long.l2_reads = 800, 10, 10
+    ran_long.forward_s = long + 0.1  # 0.125 ms a step beyond the price
+    faster.learn_residual(ran_long, None)
+    assert faster.missed.per_transfer(faster.residual[False]) < 0
+    assert faster.misses.of(True, True) == (pytest.approx(0.1 / 800), 0.0)
+    assert faster.price(4, 2) > short
 
 
 def test_the_next_checkpointer_starts_from_the_residual_the_last_one_learned() -> None:
