@@ -41,12 +41,19 @@ TIMED_STEPS = 32
 class Plan:
     """How a scan is cut and checkpointed: ``n`` steps in segments of ``interval`` (the last
     may be shorter), each segment's first carry on Level-2, its backward storing its steps'
-    residuals (or, with ``remat``, their carries alone, recomputing the rest)."""
+    residuals (``chunk`` 0), or recomputing them: it keeps the first carry of every ``chunk``
+    steps and runs each chunk again, its residuals stored, to back-propagate through it
+    (``chunk`` 1: a carry kept per step)."""
 
     n: int
     interval: int
-    remat: bool
+    chunk: int
     options: tuple[tuple[str, Any], ...]
+
+    @property
+    def remat(self) -> bool:
+        """Whether segments recompute their steps' residuals."""
+        return self.chunk > 0
 
     @property
     def full(self) -> int:
@@ -91,41 +98,61 @@ def _step_seconds(fn: Any, carry: Any, x: Any, consts: list[Any]) -> float:
 
 def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | None, *,
               memory_budget: int | None, interval: int | str = "auto",
-              write_bps: float = PRIOR_WRITE_BPS) -> tuple[int, bool, int]:
-    """The interval, whether segments recompute their steps' residuals, and the checkpointer's
-    memory budget, for ``n`` steps whose carry takes ``carry_bytes``, whose backward keeps
-    ``residual_bytes`` a step and whose forward takes ``step_s`` (needed for "auto" alone).
+              write_bps: float = PRIOR_WRITE_BPS) -> tuple[int, int, int]:
+    """The interval, the chunk of a segment's recomputation (:attr:`Plan.chunk`; 0: none) and
+    the checkpointer's memory budget, for ``n`` steps whose carry takes ``carry_bytes``, whose
+    backward keeps ``residual_bytes`` a step and whose forward takes ``step_s`` (needed for
+    "auto" alone).
 
     "auto": segments long enough that their cost (:data:`SEGMENT_S`) and a carry's write
     take :data:`HIDE` times less than their steps, and at least sqrt(n) steps (as many carries
     on Level-2 as steps in a segment), within what :data:`SEGMENT_SHARE` of the budget holds of
-    the steps' residuals. Where the budget cuts segments shorter than that, or holds no step's
-    residuals at all, segments keep their steps' carries alone and recompute the rest
-    (``remat``, a forward step more per step) where that costs less than the shorter
-    segments. A given interval recomputes where its steps' residuals do not fit that share.
+    the segment's backward. Where the budget cuts segments shorter than that storing their
+    steps' residuals, or holds no step's residuals at all, segments recompute them (a forward
+    step more per step) where that costs less than the shorter segments: in chunks of about
+    sqrt(interval x carry / residuals) steps, whose first carries a segment keeps, each
+    chunk's residuals stored while it is back-propagated, which holds segments of as many
+    steps as the share's square over four carries' and residuals' bytes (a carry a step
+    holds a share over two carries). A given interval recomputes where its steps' residuals
+    do not fit that share.
     """
     budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
     share = int(SEGMENT_SHARE * budget)
-    stored, recomputed = residual_bytes + carry_bytes, 2 * carry_bytes
+    stored, kept = residual_bytes + carry_bytes, 2 * carry_bytes
+
+    def memory(length: int, chunk: int) -> int:
+        # a backward holds one step's residuals whatever the plan: chunks hold the rest
+        return length * stored if chunk == 0 else \
+            -(-length // chunk) * kept + (chunk - 1) * stored
+
+    def recomputing(length: int) -> int:
+        """The chunk that keeps a segment of ``length`` steps in the least memory."""
+        guess = max(1, min(length, round(math.sqrt(length * kept / max(stored, 1)))))
+        return min({max(1, guess - 1), guess, min(length, guess + 1)},
+                   key=lambda chunk: (memory(length, chunk), chunk))
+
     if isinstance(interval, int):
-        chosen, remat = interval, interval * stored > share
+        chosen = interval
+        chunk = 0 if interval * stored <= share else recomputing(interval)
     else:
         if step_s is None:
             raise ValueError("plan_scan needs the step's seconds for interval='auto'")
         step_s = max(step_s, 1e-9)
         segment_s = SEGMENT_S + carry_bytes / write_bps
-        wanted = max(math.isqrt(n), math.ceil(HIDE * segment_s / step_s))
-
-        def plan(per_step: int, remat: bool) -> tuple[float, int, bool]:
-            length = max(1, min(wanted, n, share // per_step))
-            return (n * step_s * remat + math.ceil(n / length) * segment_s, length, remat)
-
-        options = [plan(recomputed, True)]
+        wanted = min(n, max(math.isqrt(n), math.ceil(HIDE * segment_s / step_s)))
+        # the longest segment whose recomputing backward fits (memory grows with length)
+        low, high = 1, wanted
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if memory(middle, recomputing(middle)) <= share \
+                else (low, middle - 1)
+        options = [(n * step_s + math.ceil(n / low) * segment_s, low, recomputing(low))]
         if stored <= share:
-            options.append(plan(stored, False))
-        _, chosen, remat = min(options)
+            length = min(wanted, share // stored)
+            options.append((math.ceil(n / length) * segment_s, length, 0))
+        _, chosen, chunk = min(options)
     least = (engine_buffers() + 1) * state_bytes(carry_bytes)
-    return chosen, remat, max(budget - chosen * (recomputed if remat else stored), least)
+    return chosen, chunk, max(budget - memory(chosen, chunk), least)
 
 
 def _check_leaves(tree: Any, what: str) -> list[Any]:
@@ -213,13 +240,13 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
     budget = None if memory_budget is None else parse_bytes("memory_budget", memory_budget)
     # the step is compiled and timed for "auto" alone
     step_s = _step_seconds(fn, carry, x0, consts) if interval == "auto" else None
-    chosen, remat, checkpointer_budget = plan_scan(
+    chosen, chunk, checkpointer_budget = plan_scan(
         n, _nbytes(carry), _nbytes(residuals), step_s, memory_budget=budget,
         interval=interval if interval == "auto" else min(interval, n),
         write_bps=RUNS.write_bps or PRIOR_WRITE_BPS)
     if compression is not None:
         options["compression"] = compression
-    plan = Plan(n, chosen, remat, tuple(sorted({
+    plan = Plan(n, chosen, chunk, tuple(sorted({
         **options, "storage": storage, "memory_budget": checkpointer_budget}.items())))
     return _checkpointed(fn, plan, carry, xs, list(consts))
 
@@ -248,6 +275,24 @@ def _joined(main: Any, rest: Any, plan: Plan) -> Any:
 
 def _body(fn: Any, consts: list[Any]) -> Any:
     return lambda c, x: fn(c, x, *consts)
+
+
+def _recomputing(body: Any, c: Any, xs: Any, length: int, chunk: int) -> Any:
+    """``lax.scan(body, c, xs, length)`` whose backward recomputes its residuals in chunks of
+    ``chunk`` steps (:attr:`Plan.chunk`; 0: stores them all; 1: a carry kept per step)."""
+    if chunk == 1:
+        return lax.scan(jax.checkpoint(body), c, xs, length=length)
+    if chunk == 0 or length <= chunk:
+        return lax.scan(body, c, xs, length=length)
+    # chunks as a plan's segments: the full ones, then a shorter rest of plain steps
+    pieces = Plan(length, chunk, 0, ())
+    xs_main, xs_rest = _segments(xs, pieces) if xs is not None else (None, None)
+    c, ys_main = lax.scan(jax.checkpoint(lambda c, x: lax.scan(body, c, x, length=chunk)),
+                          c, xs_main, length=pieces.full)
+    ys_rest = None
+    if pieces.rest:
+        c, ys_rest = lax.scan(body, c, xs_rest, length=pieces.rest)
+    return c, None if ys_main is None else _joined(ys_main, ys_rest, pieces)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0, 1))
@@ -310,19 +355,13 @@ def _backward(fn: Any, plan: Plan, saved: Any, cts: Any) -> Any:
                                           ct_final)
     treedef = jax.tree_util.tree_structure(ct_final)
 
-    def step(c: Any, x: Any, k: list[Any]) -> Any:
-        return fn(c, x, *k)
-
-    if plan.remat:
-        step = jax.checkpoint(step)
-
     def reverse_segment(c_s: Any, xseg: Any, length: int, ct_c: Any, ct_k: Any,
                         ct_yseg: Any) -> Any:
-        # the segment's steps again, every residual kept, and its backward; the closed-over
-        # arrays' cotangents of the segment are added to those of the segments after it (the
-        # plain scan adds each step's one by one: a few ulps apart)
+        # the segment's steps again (every residual kept, or in chunks) and its backward; the
+        # closed-over arrays' cotangents of the segment are added to those of the segments
+        # after it (the plain scan adds each step's one by one: a few ulps apart)
         def run(c: Any, k: list[Any], xseg: Any) -> Any:
-            return lax.scan(lambda c, x: step(c, x, k), c, xseg, length=length)
+            return _recomputing(_body(fn, k), c, xseg, length, plan.chunk)
         _, vjp = jax.vjp(run, c_s, consts, xseg)
         ct_c, ct_k_segment, ct_xseg = vjp((ct_c, ct_yseg))
         ct_k = jax.tree_util.tree_map(jnp.add, ct_k, ct_k_segment)

@@ -137,8 +137,22 @@ def test_plan_keeps_a_segments_backward_within_the_budget() -> None:
     # a given interval: residuals stored where they fit the share, else the carries alone
     assert plan_scan(10000, 1 << 10, 3 << 10, None, memory_budget=1 << 20,
                      interval=100) == (100, False, (1 << 20) - 100 * (4 << 10))
-    assert plan_scan(10000, 1 << 10, 3 << 10, None, memory_budget=1 << 20,
-                     interval=400)[:2] == (400, True)
+    interval, chunk, rest = plan_scan(10000, 1 << 10, 3 << 10, None, memory_budget=1 << 20,
+                                      interval=400)
+    # in chunks of about sqrt(400 x 2 KiB / 4 KiB) = 14 steps; 13 holds as little: 31 carries
+    # kept (2 KiB each, with their cotangents) and 12 steps' residuals beyond one step's
+    assert (interval, chunk) == (400, 13) and rest == (1 << 20) - 31 * (2 << 10) - 12 * (4 << 10)
+
+
+def test_plan_recomputes_in_chunks_where_the_budget_holds_few_steps_residuals() -> None:
+    # 2 KiB carries (4 KiB kept, with a cotangent), 40 KiB of residuals a step, 0.1 ms
+    # steps, 96 KiB for a segment's backward: 2 steps' residuals, or 24 steps keeping a carry
+    # each, or longer segments recomputed in chunks
+    interval, chunk, _ = plan_scan(100_000, 2 << 10, 40 << 10, 1e-4, memory_budget=128 << 10)
+    assert chunk > 1
+    kept, stored = 2 * (2 << 10), 42 << 10
+    assert -(-interval // chunk) * kept + (chunk - 1) * stored <= 96 << 10
+    assert interval > (96 << 10) // kept  # longer than a carry kept per step allows
 
 
 @pytest.mark.parametrize("returns, message", [
