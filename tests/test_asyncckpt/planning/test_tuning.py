@@ -604,12 +604,14 @@ def test_what_a_transfer_bound_plan_missed_is_charged_to_its_transfers() -> None
     assert tuner.price(4, 2) == pytest.approx(short + 0.4, rel=0.01)
     # interval 40 moves 20 states each way: 20 ms more, where 0.5 ms a step would be 0.4 s
     assert tuner.price(4, 40) == pytest.approx(long + 0.4 * 20 / 199, rel=0.01)
-    # before any run without Level-2, every step of a plan with it is charged alike
-    unsplit = IntervalTuner(400, 4, 2, inline=False, taping=True, tw=1e-4, tr=1e-4, tc=1e-4,
-                            tf=1e-3, tb=2e-3, runs=1, tx=1e-4)
-    unsplit.learn_residual(ran_short, None)
-    assert unsplit.residual[True] == pytest.approx(0.4 / 800)
-    assert unsplit.price(4, 40) > long + 0.1
+    # before any run without Level-2, what a plan with it missed is charged to its transfers,
+    # and Revolve borrows it per step
+    first = IntervalTuner(400, 4, 2, inline=False, taping=True, tw=1e-4, tr=1e-4, tc=1e-4,
+                          tf=1e-3, tb=2e-3, runs=1, tx=1e-4)
+    first.learn_residual(ran_short, None)
+    assert first.residual == {False: None, True: pytest.approx(0.4 / 800)}
+    assert first.price(4, 40) == pytest.approx(long + 0.4 * 20 / 199, rel=0.01)
+    assert first.price(4, 0) > revolve + 0.4
     # a plan with Level-2 that ran faster than a step's share says prices its kind per step
     faster = IntervalTuner(400, 4, 2, inline=False, taping=True, tw=1e-4, tr=1e-4, tc=1e-4,
                            tf=1e-3, tb=2e-3, runs=1, tx=1e-4)
