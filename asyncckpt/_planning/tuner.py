@@ -387,7 +387,7 @@ class IntervalTuner:
             "tr_s": self.tr, "tc_s": self.tc, "tf_busy_s": self.tf_busy,
             "tcall_busy_s": self.tcall_busy, "tb_busy_s": self.tb_busy, "tc_busy_s": self.tc_busy,
             "tx_s": self.tx, "residual_s": dict(self.residual),
-            "residual_per_transfer_s": self.misses.of(True, self.tx is not None)[1],
+            "residual_per_transfer_s": self.misses.of(True, not self.inline)[1],
             "tb_measured": self.tb is not None,
             "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",
             "taping": self.taping, "interval": choice.interval,
