@@ -134,7 +134,7 @@ def test_plan_keeps_a_segments_backward_within_the_budget() -> None:
     assert interval > 100  # a write of 1 MiB hidden behind steps of a microsecond
     _, remat, _ = plan_scan(10000, 1 << 10, 1 << 20, 1e-3, memory_budget=256 << 10)
     assert remat
-    # a given interval: residuals stored where they fit the share, else the carries alone
+    # a given interval: residuals stored where they fit the share, else recomputed in chunks
     assert plan_scan(10000, 1 << 10, 3 << 10, None, memory_budget=1 << 20,
                      interval=100) == (100, False, (1 << 20) - 100 * (4 << 10))
     interval, chunk, rest = plan_scan(10000, 1 << 10, 3 << 10, None, memory_budget=1 << 20,

@@ -9,10 +9,10 @@ import pytest
 
 from asyncckpt._planning.choice import EXPLORE, explored
 from asyncckpt._planning.cost_memory import AGREED_LARGEST, CostMemory, agree_costs
+from asyncckpt._planning.residual import Missed
 from asyncckpt._planning.tuner import (NEAR_TIE, PRIOR_TRANSFERS, PRIOR_TX_COPIES, RUN_DECAY,
                                        CallFit, IntervalTuner, Plan, RunMean,
                                        cheapest_near_fastest, fastest_once_warm)
-from asyncckpt._planning.residual import Missed
 from asyncckpt.stats import Stats
 from schedules.model import CodecCosts, Costs, choose_interval
 
