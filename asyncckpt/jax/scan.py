@@ -33,10 +33,9 @@ PRIOR_WRITE_BPS = 1e9
 #: so that the segments cost at most about 5% of a run (a step forward, again in the backward,
 #: and its backward: some 4 forward steps).
 HIDE = 5.0
-#: The lengths of the two scans timed to price a step: the difference of their times over the
-#: difference of their lengths, which leaves out a compiled call's own cost. A scan of 32 wave
-#: steps (64 x 64) priced a step at twice what it costs in a run of 100000 (7.4 us), and
-#: "auto" stored residuals in segments of 37 steps where chunks of 330 ran 3% faster.
+#: The lengths of two scans timed to price a step by their difference, a compiled call's own
+#: cost left out: one scan of 32 wave steps (64 x 64) priced a step at twice its 7.4 us in a
+#: run, and "auto" stored residuals in segments of 37 steps where chunks of 330 ran faster.
 TIMED_STEPS = (32, 160)
 
 
