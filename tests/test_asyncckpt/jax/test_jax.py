@@ -75,6 +75,37 @@ def test_gradients_are_those_of_lax_scan_under_jit(dtype, n: int, interval) -> N
     assert wait_no_threads() == []
 
 
+def test_segments_recomputed_in_chunks_without_xs_match_lax_scan(monkeypatch) -> None:
+    """``length`` without ``xs``, segments of 64 recomputed in chunks (24 KiB holds a few steps'
+    residuals), the last segment and the last chunk of each shorter."""
+    import asyncckpt.jax.scan as scan_module
+    plans, checkpointed = [], scan_module._checkpointed
+
+    def recorded(fn, plan, *args):
+        plans.append(plan)
+        return checkpointed(fn, plan, *args)
+
+    monkeypatch.setattr(scan_module, "_checkpointed", recorded)
+    W = jnp.asarray(np.random.default_rng(0).standard_normal((32, 32)) * 0.2)
+
+    def loss(scan, **kwargs):
+        def f(c0, W):
+            final, ys = scan(lambda c, _: (jnp.tanh(c @ W), jnp.sum(c)), c0, length=200,
+                             **kwargs)
+            return jnp.sum(final) + jnp.sum(ys)
+        return f
+
+    c0 = jnp.ones((4, 32))
+    ours = jax.jit(jax.grad(loss(checkpoint_scan, interval=64, memory_budget="24KiB"),
+                            argnums=(0, 1)))(c0, W)
+    [plan] = plans
+    assert plan.interval == 64 and plan.chunk > 1 and 64 % plan.chunk and plan.rest
+    reference = jax.grad(loss(jax.lax.scan), argnums=(0, 1))(c0, W)
+    assert np.asarray(ours[0]).tobytes() == np.asarray(reference[0]).tobytes()
+    scale = float(jnp.max(jnp.abs(reference[1])))
+    assert float(jnp.max(jnp.abs(ours[1] - reference[1]))) <= PARAM_RTOL[np.float64] * scale
+
+
 def test_a_carry_at_a_fixed_point_is_not_taken_for_rebound_arrays() -> None:
     """Segments that leave the carry exactly as it was (1 is a fixed point of c -> 0.5 c + 0.5):
     the adapter's operator updates in place, so the checkpointer does not refuse it."""
