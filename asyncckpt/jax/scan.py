@@ -53,11 +53,6 @@ class Plan:
     options: tuple[tuple[str, Any], ...]
 
     @property
-    def remat(self) -> bool:
-        """Whether segments recompute their steps' residuals."""
-        return self.chunk > 0
-
-    @property
     def full(self) -> int:
         """Segments of ``interval`` steps."""
         return self.n // self.interval
