@@ -94,7 +94,22 @@ class _Reverse:
         self.run = run
 
     def apply(self, *, t_start: int, t_end: int) -> None:
-        self.run.restored.give([array.copy() for array in self.run.live])
+        self.run.restored.give([leaf.copy() for leaf in self.run.leaves])
+
+
+def _live_arrays(shapes: Sequence[tuple[int, ...]],
+                 dtypes: Sequence[Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The checkpointer's live arrays for a carry of these leaves, and the leaves as views of
+    them: the leaves themselves where they share a dtype (a codec sees it), else views of one
+    byte buffer (a checkpoint's arrays share one dtype)."""
+    if len({np.dtype(dtype) for dtype in dtypes}) == 1:
+        live = [np.empty(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
+        return live, live
+    sizes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in zip(shapes, dtypes)]
+    buffer = np.empty(sum(sizes), np.uint8)
+    ends = np.cumsum(sizes)
+    return [buffer], [buffer[end - size:end].view(dtype).reshape(shape)
+                      for shape, dtype, size, end in zip(shapes, dtypes, sizes, ends)]
 
 
 class HostRun:
@@ -115,7 +130,9 @@ class HostRun:
     def __init__(self, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[Any], segments: int,
                  options: dict[str, Any]) -> None:
         self.segments = segments
-        self.live = [np.empty(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
+        #: the checkpointer's arrays, of one dtype: the leaves, or one buffer of their bytes
+        #: where their dtypes differ
+        self.live, self.leaves = _live_arrays(shapes, dtypes)
         self.carries, self.restored = Handoff(), Handoff()
         self.checkpointer = AsyncCheckpointer(
             ArrayCheckpoint(self.live), _Forward(self), _Reverse(self), segments, interval=1,
@@ -125,7 +142,7 @@ class HostRun:
         self.stats: Stats | None = None
 
     def receive(self, carry: Sequence[np.ndarray]) -> None:
-        for target, leaf in zip(self.live, carry):
+        for target, leaf in zip(self.leaves, carry):
             np.copyto(target, leaf)
 
     def put(self, segment: int, carry: Sequence[np.ndarray]) -> None:

@@ -13,8 +13,9 @@ import numpy as np
 from jax import lax
 from jax.experimental import io_callback
 
-from ..errors import InvalidTypeError, InvalidValueError
 from ..planning import default_budget, engine_buffers, parse_bytes, scan_length, state_bytes
+from . import wire
+from .checks import check_carry, check_interval, check_leaves, check_returned
 from .host import RUNS, HostRun
 
 __all__ = ["Plan", "checkpoint_scan", "plan_scan"]
@@ -23,8 +24,8 @@ __all__ = ["Plan", "checkpoint_scan", "plan_scan"]
 #: the checkpointer keeps the rest for its buffers and Level-2 in DRAM.
 SEGMENT_SHARE = 0.75
 #: What a segment costs beyond its steps, measured on this machine's CPU: two host callbacks
-#: (75 us each), the checkpointer's step with a Level-2 transfer each way (126 us) and two
-#: handoffs between threads.
+#: (96 and 57 us with a 64 KiB carry), the checkpointer's step with a Level-2 transfer each way
+#: (126 us) and two handoffs between threads.
 SEGMENT_S = 5e-4
 #: A carry's write before a run in this process has measured Level-2's (``RUNS.write_bps``):
 #: a disk's rate.
@@ -158,30 +159,6 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
     return chosen, chunk, max(budget - memory(chosen, chunk), least)
 
 
-def _check_leaves(tree: Any, what: str) -> list[Any]:
-    leaves = jax.tree_util.tree_leaves_with_path(tree)
-    for path, leaf in leaves:
-        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
-            raise InvalidTypeError(f"{what} leaf {jax.tree_util.keystr(path) or '(root)'} is a "
-                                   f"{type(leaf).__name__}, expected an array")
-    return [leaf for _, leaf in leaves]
-
-
-def _check_carry(given: Any, returned: Any) -> None:
-    """The carry ``step`` returns must be the one it was given: structure, shapes, dtypes."""
-    given_tree, returned_tree = (jax.tree_util.tree_structure(given),
-                                 jax.tree_util.tree_structure(returned))
-    if given_tree != returned_tree:
-        raise InvalidValueError(f"step returned a carry of structure {returned_tree}, it was "
-                                f"given {given_tree}")
-    pairs = zip(jax.tree_util.tree_leaves_with_path(given), jax.tree_util.tree_leaves(returned))
-    for (path, a), b in pairs:
-        if a.shape != b.shape or a.dtype != b.dtype:
-            raise InvalidValueError(
-                f"step returned carry leaf {jax.tree_util.keystr(path) or '(root)'} of shape "
-                f"{tuple(b.shape)} and dtype {b.dtype}; it was given {tuple(a.shape)}, {a.dtype}")
-
-
 def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None = None,
                     memory_budget: int | str | None = None, storage: Any = None,
                     interval: int | str = "auto", compression: Any = None,
@@ -217,23 +194,14 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
         As ``lax.scan`` returns them. Differentiable (``jax.grad``, ``jax.vjp``, under
         ``jax.jit``) with respect to ``carry``, ``xs`` and the arrays ``step`` closes over.
     """
-    carry_leaves = _check_leaves(carry, "carry")
-    if not carry_leaves:
-        raise InvalidValueError("carry must hold at least one array")
-    for path, leaf in jax.tree_util.tree_leaves_with_path(carry):
-        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
-            raise InvalidTypeError(f"carry leaf {jax.tree_util.keystr(path) or '(root)'} has "
-                                   f"dtype {leaf.dtype}; checkpoint_scan differentiates the "
-                                   "carry, so its leaves must be floating")
-    xs_leaves = _check_leaves(xs, "xs") if xs is not None else []
+    check_carry(carry)
+    xs_leaves = check_leaves(xs, "xs") if xs is not None else []
     n = scan_length([tuple(leaf.shape) for leaf in xs_leaves], length, "length")
-    if not (interval == "auto" or (isinstance(interval, int) and not isinstance(interval, bool)
-                                   and interval >= 1)):
-        raise InvalidValueError(f"interval must be 'auto' or an int >= 1, got {interval!r}")
+    check_interval(interval)
     x0 = None if xs is None else jax.tree_util.tree_map(lambda leaf: leaf[0], xs)
     fn, consts = jax.closure_convert(step, carry, x0)
     returned, y0 = jax.eval_shape(fn, carry, x0, *consts)
-    _check_carry(carry, returned)
+    check_returned(carry, returned)
     # what a step's backward keeps: the residuals of its cotangents in the carry and the
     # closed-over arrays
     residuals = jax.eval_shape(
@@ -308,15 +276,17 @@ def _open(plan: Plan, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ..
     return np.int32(key)
 
 
-def _put(key: Any, segment: Any, carry: Any) -> None:
+def _put(shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...], packed: Any) -> None:
+    key, segment, leaves = wire.unpack(packed, shapes, dtypes)
     try:
-        RUNS[key].put(int(segment), jax.tree_util.tree_leaves(carry))
+        RUNS[key].put(segment, leaves)
     except BaseException as failure:
         RUNS.fail(key, failure)
         raise
 
 
-def _get(treedef: Any, key: Any, segment: Any) -> Any:
+def _get(treedef: Any, ids: Any) -> Any:
+    key, segment = (int(value) for value in np.asarray(ids))
     try:
         leaves = RUNS[key].get(int(segment))
         if int(segment) == 0:
@@ -329,22 +299,27 @@ def _get(treedef: Any, key: Any, segment: Any) -> Any:
 
 def _forward(fn: Any, plan: Plan, carry: Any, xs: Any, consts: list[Any]) -> Any:
     leaves = jax.tree_util.tree_leaves(carry)
-    key = io_callback(partial(_open, plan, tuple(tuple(leaf.shape) for leaf in leaves),
-                              tuple(str(leaf.dtype) for leaf in leaves)),
-                      jax.ShapeDtypeStruct((), jnp.int32), ordered=True)
+    layout = (tuple(tuple(leaf.shape) for leaf in leaves),
+              tuple(str(leaf.dtype) for leaf in leaves))
+    key = io_callback(partial(_open, plan, *layout), jax.ShapeDtypeStruct((), jnp.int32),
+                      ordered=True)
     body = _body(fn, consts)
     xs_main, xs_rest = _segments(xs, plan) if xs is not None else (None, None)
 
+    def put(s: Any, c: Any) -> None:
+        io_callback(partial(_put, *layout), None,
+                    wire.pack(key, s, jax.tree_util.tree_leaves(c)), ordered=True)
+
     def segment(c: Any, inputs: Any) -> Any:
         s, xseg = inputs
-        io_callback(_put, None, key, s, c, ordered=True)
+        put(s, c)
         return lax.scan(body, c, xseg, length=plan.interval)
 
     c, ys_main, ys_rest = carry, None, None
     if plan.full:
         c, ys_main = lax.scan(segment, c, (jnp.arange(plan.full), xs_main))
     if plan.rest:
-        io_callback(_put, None, key, plan.full, c, ordered=True)
+        put(plan.full, c)
         c, ys_rest = lax.scan(body, c, xs_rest, length=plan.rest)
     ys = _joined(ys_main, ys_rest, plan) if (ys_main if plan.full else ys_rest) is not None \
         else None
@@ -371,7 +346,8 @@ def _backward(fn: Any, plan: Plan, saved: Any, cts: Any) -> Any:
         return ct_c, ct_k, ct_xseg
 
     def fetch(s: Any) -> Any:
-        return io_callback(partial(_get, treedef), carry_struct, key, s, ordered=True)
+        return io_callback(partial(_get, treedef), carry_struct, wire.ids(key, s),
+                           ordered=True)
 
     xs_main, xs_rest = _segments(xs, plan) if xs is not None else (None, None)
     ct_main, ct_rest = _segments(ct_ys, plan) if ct_ys is not None else (None, None)

@@ -120,6 +120,46 @@ def test_a_carry_at_a_fixed_point_is_not_taken_for_rebound_arrays() -> None:
     assert np.asarray(ours).tobytes() == np.asarray(reference).tobytes()
 
 
+def test_a_carry_of_mixed_dtypes_and_shapes_crosses_the_callbacks_bit_for_bit() -> None:
+    """float64, float32, bfloat16 and complex128 leaves, a scalar among them, packed into the
+    one array a callback takes (``wire``) and unpacked on the host, kept by the checkpointer
+    as one buffer of bytes (its arrays share a dtype): the carry's gradient as lax.scan's,
+    bit for bit."""
+    from asyncckpt.jax import wire
+    rng = np.random.default_rng(2)
+    carry = {"a": jnp.asarray(rng.standard_normal((3, 5))),
+             "b": jnp.asarray(rng.standard_normal(7), jnp.float32),
+             "h": jnp.asarray(rng.standard_normal(3), jnp.bfloat16),  # 6 bytes: padded
+             "s": jnp.asarray(0.5),
+             "z": jnp.asarray(rng.standard_normal(4) + 1j * rng.standard_normal(4))}
+    leaves = jax.tree_util.tree_leaves(carry)
+    packed = np.asarray(jax.jit(wire.pack)(7, 3, leaves))
+    key, segment, unpacked = wire.unpack(packed, [leaf.shape for leaf in leaves],
+                                         [str(leaf.dtype) for leaf in leaves])
+    assert (key, segment) == (7, 3)
+    assert [u.tobytes() for u in unpacked] == [np.asarray(leaf).tobytes() for leaf in leaves]
+    with pytest.raises(ValueError, match="expected"):
+        wire.unpack(packed[:-1], [leaf.shape for leaf in leaves],
+                    [str(leaf.dtype) for leaf in leaves])
+
+    def step(c, _):
+        return {"a": jnp.sin(c["a"]) * c["s"], "b": c["b"] * 0.9 + 0.1,
+                "h": (c["h"] * 0.5).astype(jnp.bfloat16), "s": c["s"] * 1.01,
+                "z": c["z"] * (0.9 + 0.1j)}, jnp.sum(c["a"])
+
+    def loss(scan, **kwargs):
+        def f(c0):
+            final, ys = scan(step, c0, length=30, **kwargs)
+            return (sum(jnp.sum(jnp.abs(leaf.astype(jnp.complex128)) ** 2)
+                        for leaf in jax.tree_util.tree_leaves(final)) + jnp.sum(ys))
+        return f
+    ours = jax.jit(jax.grad(loss(checkpoint_scan, interval=4)))(carry)
+    reference = jax.grad(loss(jax.lax.scan))(carry)
+    for got, want in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(reference)):
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    assert wait_no_threads() == []
+
+
 def test_carries_go_through_level2_on_disk_within_the_budget(tmp_path) -> None:
     """64 KiB carries, 400 steps, a 1 MiB budget: the carries beyond it are written to files
     under the path given, read back in reverse order, and the files are gone afterwards."""

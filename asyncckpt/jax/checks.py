@@ -1,0 +1,58 @@
+"""Checks of what a caller hands :func:`~asyncckpt.jax.checkpoint_scan`, each failure naming
+the leaf or the value and what was expected."""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ..errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["check_carry", "check_interval", "check_leaves", "check_returned"]
+
+
+def _name(path: Any) -> str:
+    return jax.tree_util.keystr(path) or "(root)"
+
+
+def check_leaves(tree: Any, what: str) -> list[Any]:
+    """``tree``'s leaves, each an array (``what`` names the tree in the error)."""
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    for path, leaf in leaves:
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            raise InvalidTypeError(f"{what} leaf {_name(path)} is a {type(leaf).__name__}, "
+                                   "expected an array")
+    return [leaf for _, leaf in leaves]
+
+
+def check_carry(carry: Any) -> None:
+    """The initial carry: at least one array, every leaf floating (it is differentiated)."""
+    if not check_leaves(carry, "carry"):
+        raise InvalidValueError("carry must hold at least one array")
+    for path, leaf in jax.tree_util.tree_leaves_with_path(carry):
+        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            raise InvalidTypeError(f"carry leaf {_name(path)} has dtype {leaf.dtype}; "
+                                   "checkpoint_scan differentiates the carry, so its leaves "
+                                   "must be floating")
+
+
+def check_interval(interval: Any) -> None:
+    if not (interval == "auto" or (isinstance(interval, int) and not isinstance(interval, bool)
+                                   and interval >= 1)):
+        raise InvalidValueError(f"interval must be 'auto' or an int >= 1, got {interval!r}")
+
+
+def check_returned(given: Any, returned: Any) -> None:
+    """The carry ``step`` returns must be the one it was given: structure, shapes, dtypes."""
+    given_tree, returned_tree = (jax.tree_util.tree_structure(given),
+                                 jax.tree_util.tree_structure(returned))
+    if given_tree != returned_tree:
+        raise InvalidValueError(f"step returned a carry of structure {returned_tree}, it was "
+                                f"given {given_tree}")
+    pairs = zip(jax.tree_util.tree_leaves_with_path(given), jax.tree_util.tree_leaves(returned))
+    for (path, a), b in pairs:
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise InvalidValueError(
+                f"step returned carry leaf {_name(path)} of shape {tuple(b.shape)} and dtype "
+                f"{b.dtype}; it was given {tuple(a.shape)}, {a.dtype}")
