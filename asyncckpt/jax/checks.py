@@ -2,14 +2,20 @@
 the leaf or the value and what was expected."""
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from ..checkpointer import AsyncCheckpointer
 from ..errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["check_carry", "check_interval", "check_leaves", "check_returned"]
+__all__ = ["check_carry", "check_interval", "check_leaves", "check_options", "check_returned"]
+
+#: AsyncCheckpointer's arguments that the scan sets itself
+_SET_BY_THE_SCAN = ("self", "checkpoint", "fwd_operator", "rev_operator", "n_timesteps",
+                    "interval", "taping", "l1_slots")
 
 
 def _name(path: Any) -> str:
@@ -56,3 +62,17 @@ def check_returned(given: Any, returned: Any) -> None:
             raise InvalidValueError(
                 f"step returned carry leaf {_name(path)} of shape {tuple(b.shape)} and dtype "
                 f"{b.dtype}; it was given {tuple(a.shape)}, {a.dtype}")
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """Options for the scan's checkpointer: :class:`~asyncckpt.AsyncCheckpointer`'s, less those
+    the scan sets itself, refused at trace time (not in the callback that would make it)."""
+    accepted = sorted(set(inspect.signature(AsyncCheckpointer.__init__).parameters)
+                      - set(_SET_BY_THE_SCAN))
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        hint = (" (lax.scan's unroll: segments and chunks are scans of the scan's own)"
+                if "unroll" in unknown else "")
+        raise InvalidValueError(f"checkpoint_scan got unknown option(s) {unknown}{hint}; it takes "
+                                f"lax.scan's step, carry, xs, length and reverse, and "
+                                f"AsyncCheckpointer's {accepted}")

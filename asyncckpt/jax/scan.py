@@ -15,7 +15,7 @@ from jax.experimental import io_callback
 
 from ..planning import default_budget, engine_buffers, parse_bytes, scan_length, state_bytes
 from . import wire
-from .checks import check_carry, check_interval, check_leaves, check_returned
+from .checks import check_carry, check_interval, check_leaves, check_options, check_returned
 from .host import RUNS, HostRun
 
 __all__ = ["Plan", "checkpoint_scan", "plan_scan"]
@@ -162,7 +162,7 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
 def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None = None,
                     memory_budget: int | str | None = None, storage: Any = None,
                     interval: int | str = "auto", compression: Any = None,
-                    **options: Any) -> tuple[Any, Any]:
+                    reverse: bool = False, **options: Any) -> tuple[Any, Any]:
     """``jax.lax.scan(step, carry, xs, length)``, differentiable in bounded memory: the forward
     sweep sends every segment's first carry to asyncckpt's Level-2 (host memory within the
     budget, the disk beyond it) through host callbacks, and the backward takes them back in
@@ -187,6 +187,8 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
         temporary directory), a codec for the carries.
     interval : int or "auto"
         Steps per segment; "auto": see :func:`plan_scan`.
+    reverse : bool
+        As ``lax.scan``'s: the steps run from the last of ``xs`` to the first.
 
     Returns
     -------
@@ -198,6 +200,13 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
     xs_leaves = check_leaves(xs, "xs") if xs is not None else []
     n = scan_length([tuple(leaf.shape) for leaf in xs_leaves], length, "length")
     check_interval(interval)
+    check_options(options)
+    if reverse:
+        flip = partial(jax.tree_util.tree_map, lambda leaf: jnp.flip(leaf, 0))
+        final, ys = checkpoint_scan(step, carry, None if xs is None else flip(xs), length=length,
+                                    memory_budget=memory_budget, storage=storage,
+                                    interval=interval, compression=compression, **options)
+        return final, None if ys is None else flip(ys)
     x0 = None if xs is None else jax.tree_util.tree_map(lambda leaf: leaf[0], xs)
     fn, consts = jax.closure_convert(step, carry, x0)
     returned, y0 = jax.eval_shape(fn, carry, x0, *consts)
@@ -271,18 +280,22 @@ def _checkpointed(fn: Any, plan: Plan, carry: Any, xs: Any, consts: list[Any]) -
     return lax.scan(_body(fn, consts), carry, xs, length=plan.n)
 
 
-def _open(plan: Plan, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> Any:
+def _open(plan: Plan, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...],
+          _: Any) -> Any:
     key = RUNS.open(lambda: HostRun(shapes, dtypes, plan.segments, dict(plan.options)))
     return np.int32(key)
 
 
-def _put(shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...], packed: Any) -> None:
+def _put(shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...], packed: Any) -> Any:
+    """Hand a segment's first carry to its run; the run's key back (what the next put and the
+    backward read)."""
     key, segment, leaves = wire.unpack(packed, shapes, dtypes)
     try:
         RUNS[key].put(segment, leaves)
     except BaseException as failure:
         RUNS.fail(key, failure)
         raise
+    return np.int32(key)
 
 
 def _get(treedef: Any, ids: Any) -> Any:
@@ -301,25 +314,30 @@ def _forward(fn: Any, plan: Plan, carry: Any, xs: Any, consts: list[Any]) -> Any
     leaves = jax.tree_util.tree_leaves(carry)
     layout = (tuple(tuple(leaf.shape) for leaf in leaves),
               tuple(str(leaf.dtype) for leaf in leaves))
+    # the key and every put depend on the carry, and each put on the one before it: inside
+    # a differentiated outer scan, JAX hoists out of the loop what depends on no loop value
+    # (an open taking nothing ran once for every iteration) and drops effects whose results
+    # nothing reads (the puts were gone, the backward found no carries)
     key = io_callback(partial(_open, plan, *layout), jax.ShapeDtypeStruct((), jnp.int32),
-                      ordered=True)
+                      jnp.ravel(leaves[0])[:1], ordered=True)
     body = _body(fn, consts)
     xs_main, xs_rest = _segments(xs, plan) if xs is not None else (None, None)
 
-    def put(s: Any, c: Any) -> None:
-        io_callback(partial(_put, *layout), None,
-                    wire.pack(key, s, jax.tree_util.tree_leaves(c)), ordered=True)
+    def put(key: Any, s: Any, c: Any) -> Any:
+        return io_callback(partial(_put, *layout), jax.ShapeDtypeStruct((), jnp.int32),
+                           wire.pack(key, s, jax.tree_util.tree_leaves(c)), ordered=True)
 
-    def segment(c: Any, inputs: Any) -> Any:
-        s, xseg = inputs
-        put(s, c)
-        return lax.scan(body, c, xseg, length=plan.interval)
+    def segment(carried: Any, inputs: Any) -> Any:
+        (c, key), (s, xseg) = carried, inputs
+        key = put(key, s, c)
+        c, yseg = lax.scan(body, c, xseg, length=plan.interval)
+        return (c, key), yseg
 
     c, ys_main, ys_rest = carry, None, None
     if plan.full:
-        c, ys_main = lax.scan(segment, c, (jnp.arange(plan.full), xs_main))
+        (c, key), ys_main = lax.scan(segment, (c, key), (jnp.arange(plan.full), xs_main))
     if plan.rest:
-        put(plan.full, c)
+        key = put(key, plan.full, c)
         c, ys_rest = lax.scan(body, c, xs_rest, length=plan.rest)
     ys = _joined(ys_main, ys_rest, plan) if (ys_main if plan.full else ys_rest) is not None \
         else None

@@ -106,6 +106,34 @@ def test_segments_recomputed_in_chunks_without_xs_match_lax_scan(monkeypatch) ->
     assert float(jnp.max(jnp.abs(ours[1] - reference[1]))) <= PARAM_RTOL[np.float64] * scale
 
 
+@pytest.mark.parametrize("outer", ["scan", "fori_loop"])
+def test_inside_a_differentiated_outer_loop_every_iteration_has_its_own_run(outer) -> None:
+    """checkpoint_scan as the body of an outer lax.scan or fori_loop under jax.jit(jax.grad):
+    JAX hoists what depends on no loop value out of the loop and drops effects nothing reads,
+    which once ran one run for all three iterations and dropped every carry's put."""
+    W, U, xs, h0 = rnn(np.float64, 37)
+
+    def loss(scan, **kwargs):
+        def f(W, U, h0):
+            def body(h, _):
+                final, ys = scan(lambda h, x: (jnp.tanh(h @ W + x @ U), jnp.sum(h)), h, xs,
+                                 **kwargs)
+                return final, jnp.sum(ys)
+            if outer == "scan":
+                final, sums = jax.lax.scan(body, h0, length=3)
+                return jnp.sum(final) + jnp.sum(sums)
+            return jnp.sum(jax.lax.fori_loop(0, 3, lambda i, h: body(h, None)[0], h0))
+        return f
+
+    ours = jax.jit(jax.grad(loss(checkpoint_scan, interval=5), argnums=(0, 1, 2)))(W, U, h0)
+    reference = jax.grad(loss(jax.lax.scan), argnums=(0, 1, 2))(W, U, h0)
+    assert np.asarray(ours[2]).tobytes() == np.asarray(reference[2]).tobytes()
+    for got, want in zip(ours[:2], reference[:2]):
+        scale = float(jnp.max(jnp.abs(want)))
+        assert scale > 0 and float(jnp.max(jnp.abs(got - want))) <= PARAM_RTOL[np.float64] * scale
+    assert wait_no_threads() == []
+
+
 def test_a_carry_at_a_fixed_point_is_not_taken_for_rebound_arrays() -> None:
     """Segments that leave the carry exactly as it was (1 is a fixed point of c -> 0.5 c + 0.5):
     the adapter's operator updates in place, so the checkpointer does not refuse it."""
@@ -250,6 +278,24 @@ def test_bad_inputs_get_errors_that_name_them() -> None:
         checkpoint_scan(step, jnp.zeros(3))
     with pytest.raises(ValueError, match="interval must be 'auto' or an int >= 1"):
         checkpoint_scan(step, jnp.zeros(3), jnp.zeros((5, 3)), interval=0)
+    # refused while tracing, not in the callback that would make the checkpointer
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['unroll'\] \(lax.scan's unroll"):
+        jax.make_jaxpr(lambda c: checkpoint_scan(step, c, jnp.zeros((5, 3)), unroll=2))(
+            jnp.zeros(3))
+    with pytest.raises(ValueError, match=r"\['io_thread'\].*'io_threads'"):
+        checkpoint_scan(step, jnp.zeros(3), jnp.zeros((5, 3)), io_thread=2)
+
+
+def test_reverse_runs_the_steps_from_the_last_as_lax_scan_does() -> None:
+    W, U, xs, h0 = rnn(np.float64, 37)
+    ours = jax.jit(jax.grad(loss_with(checkpoint_scan, interval=5, reverse=True),
+                            argnums=(0, 1, 2, 3)))(W, U, h0, xs)
+    reference = jax.grad(loss_with(jax.lax.scan, reverse=True), argnums=(0, 1, 2, 3))(
+        W, U, h0, xs)
+    assert_gradients_match(ours, reference, np.float64)
+    values = loss_with(checkpoint_scan, interval=5, reverse=True)(W, U, h0, xs)
+    assert np.asarray(values).tobytes() == \
+        np.asarray(loss_with(jax.lax.scan, reverse=True)(W, U, h0, xs)).tobytes()
 
 
 def test_ctrl_c_during_a_compiled_gradient_reaches_the_caller_and_leaves_nothing(
