@@ -22,6 +22,7 @@ from ..checkpoint import ArrayCheckpoint
 from ..checkpointer import AsyncCheckpointer
 from ..errors import CheckpointError
 from ..stats import Stats
+from .wire import leaf_bytes
 
 __all__ = ["HostRun", "RUNS", "end_open_runs", "last_stats"]
 
@@ -105,7 +106,7 @@ def _live_arrays(shapes: Sequence[tuple[int, ...]],
     if len({np.dtype(dtype) for dtype in dtypes}) == 1:
         live = [np.empty(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
         return live, live
-    sizes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in zip(shapes, dtypes)]
+    sizes = [leaf_bytes(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
     buffer = np.empty(sum(sizes), np.uint8)
     ends = np.cumsum(sizes)
     return [buffer], [buffer[end - size:end].view(dtype).reshape(shape)

@@ -281,7 +281,9 @@ def _checkpointed(fn: Any, plan: Plan, carry: Any, xs: Any, consts: list[Any]) -
 
 
 def _open(plan: Plan, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...],
-          _: Any) -> Any:
+          _carry: Any) -> Any:
+    """A run for one differentiated call; its key (``_carry`` only ties the call to the loop
+    iteration it belongs to)."""
     key = RUNS.open(lambda: HostRun(shapes, dtypes, plan.segments, dict(plan.options)))
     return np.int32(key)
 
@@ -301,8 +303,8 @@ def _put(shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...], packed: A
 def _get(treedef: Any, ids: Any) -> Any:
     key, segment = (int(value) for value in np.asarray(ids))
     try:
-        leaves = RUNS[key].get(int(segment))
-        if int(segment) == 0:
+        leaves = RUNS[key].get(segment)
+        if segment == 0:
             RUNS.close(key)
         return jax.tree_util.tree_unflatten(treedef, leaves)
     except BaseException as failure:

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["HEADER_WORDS", "ids", "pack", "unpack"]
+__all__ = ["HEADER_WORDS", "ids", "leaf_bytes", "pack", "unpack"]
 
 #: The run's key and the segment, two int32s, ahead of the carry's words.
 HEADER_WORDS = 2
@@ -42,7 +42,8 @@ def _words(leaf: Any) -> Any:
     return lax.bitcast_convert_type(flat.reshape(-1, per_word), jnp.uint32)
 
 
-def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:
+def leaf_bytes(shape: tuple[int, ...], dtype: Any) -> int:
+    """The bytes of a leaf of this shape and dtype."""
     return int(np.prod(shape)) * np.dtype(dtype).itemsize
 
 
@@ -58,7 +59,7 @@ def unpack(packed: np.ndarray, shapes: Sequence[tuple[int, ...]],
     """The key, the segment and the leaves of :func:`pack`'s array on the host: views of its
     bytes (copy them to keep them beyond the callback)."""
     words = np.ascontiguousarray(packed).view(_WORD)
-    sizes = [_nbytes(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
+    sizes = [leaf_bytes(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
     expected = HEADER_WORDS + sum(-(-size // _WORD.itemsize) for size in sizes)
     if words.size != expected:
         raise ValueError(f"a packed carry of {words.size} words, expected {expected}")
