@@ -7,11 +7,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..checkpointer import AsyncCheckpointer
+from ..compression import make_codec
+from ..planning import DEFAULT_STAGING_BUFFERS, check_int, engine_buffers
 from ..errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["check_carry", "check_interval", "check_leaves", "check_options", "check_returned"]
+__all__ = ["check_carry", "check_compression", "check_interval", "check_leaves", "check_options",
+           "check_returned", "engine_states"]
 
 #: AsyncCheckpointer's arguments that the scan sets itself
 _SET_BY_THE_SCAN = ("self", "checkpoint", "fwd_operator", "rev_operator", "n_timesteps",
@@ -76,3 +80,35 @@ def check_options(options: dict[str, Any]) -> None:
         raise InvalidValueError(f"checkpoint_scan got unknown option(s) {unknown}{hint}; it takes "
                                 f"lax.scan's step, carry, xs, length and reverse, and "
                                 f"AsyncCheckpointer's {accepted}")
+
+
+def check_compression(compression: Any, dtypes: list[Any]) -> None:
+    """``compression=`` checked while tracing, for the carry as the checkpointer keeps it: of
+    the leaves' dtype where they share one, else as bytes."""
+    if compression is None:
+        return
+    if isinstance(compression, str) and compression == "auto":
+        raise InvalidValueError("compression='auto' lets the model decide per run whether to "
+                                "compress; checkpoint_scan sends every segment's first carry to "
+                                "Level-2, so name a codec: 'lz4', 'zstd', 'blosc' or a dict such "
+                                "as {'codec': 'zfp', 'tolerance': 1e-6}")
+    shared = {np.dtype(dtype) for dtype in dtypes}
+    if len(shared) == 1:
+        make_codec(compression, shared.pop())
+        return
+    try:
+        make_codec(compression, np.uint8)
+    except (InvalidTypeError, InvalidValueError) as error:
+        make_codec(compression, max(shared, key=lambda dtype: dtype.itemsize))
+        # a codec the leaves' own dtype would take: refused for the bytes
+        raise type(error)(f"the carry's leaves have dtypes {sorted(map(str, shared))}, kept as "
+                          f"bytes by the checkpointer: {error}") from error
+
+
+def engine_states(options: dict[str, Any], compression: Any) -> int:
+    """The state buffers the scan's checkpointer holds for its transfers under these options:
+    its staging buffers, one more per I/O thread with a codec, and its prefetch buffers."""
+    staging = check_int("staging_buffers",
+                        options.get("staging_buffers", DEFAULT_STAGING_BUFFERS), 1)
+    io_threads = check_int("io_threads", options.get("io_threads", 1), 1)
+    return engine_buffers(staging + (io_threads if compression is not None else 0))

@@ -83,6 +83,14 @@ class _Forward:
         self.run = run
 
     def apply(self, *, t_start: int, t_end: int) -> None:
+        if t_end - t_start != 1:
+            # XLA runs the segments, one carry each: a plan that advances several at once (or
+            # again, to recompute) would wait for carries that never come
+            raise CheckpointError(
+                f"the scan's checkpointer planned to advance segments {t_start} to {t_end} in "
+                f"one call (Revolve in {self.run.checkpointer.l1_slots} Level-1 slots: its "
+                "memory_budget leaves no room for Level-2 beside its transfer buffers); "
+                "checkpoint_scan needs every segment's carry stored")
         if t_end < self.run.segments:  # nobody reads the final carry from the live arrays
             self.run.receive(self.run.carries.take())
 

@@ -15,7 +15,8 @@ from jax.experimental import io_callback
 
 from ..planning import default_budget, engine_buffers, parse_bytes, scan_length, state_bytes
 from . import wire
-from .checks import check_carry, check_interval, check_leaves, check_options, check_returned
+from .checks import (check_carry, check_compression, check_interval, check_leaves, check_options,
+                     check_returned, engine_states)
 from .host import RUNS, HostRun
 
 __all__ = ["Plan", "checkpoint_scan", "plan_scan"]
@@ -102,7 +103,8 @@ def _step_seconds(fn: Any, carry: Any, x: Any, consts: list[Any]) -> float:
 
 def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | None, *,
               memory_budget: int | None, interval: int | str = "auto",
-              write_bps: float = PRIOR_WRITE_BPS) -> tuple[int, int, int]:
+              write_bps: float = PRIOR_WRITE_BPS,
+              engine_states: int | None = None) -> tuple[int, int, int]:
     """The interval, the chunk of a segment's recomputation (:attr:`Plan.chunk`; 0: none) and
     the checkpointer's memory budget, for ``n`` steps whose carry takes ``carry_bytes``, whose
     backward keeps ``residual_bytes`` a step and whose forward takes ``step_s`` (needed for
@@ -118,7 +120,8 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
     chunk's residuals stored while it is back-propagated, which holds segments of as many
     steps as the share's square over four carries' and residuals' bytes (a carry a step
     holds a share over two carries). A given interval recomputes where its steps' residuals
-    do not fit that share.
+    do not fit that share. The checkpointer gets the rest of the budget, and at least a carry
+    more than ``engine_states`` (its transfer buffers; default :func:`engine_buffers`'s).
     """
     budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
     share = int(SEGMENT_SHARE * budget)
@@ -155,7 +158,10 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
             length = min(wanted, share // stored)
             options.append((math.ceil(n / length) * segment_s, length, 0))
         _, chosen, chunk = min(options)
-    least = (engine_buffers() + 1) * state_bytes(carry_bytes)
+    # the checkpointer's transfer buffers and its live state, at the least: with fewer it
+    # would run Revolve in Level-1, recomputing segments that XLA, not it, runs
+    engine = engine_buffers() if engine_states is None else engine_states
+    least = (engine + 1) * state_bytes(carry_bytes)
     return chosen, chunk, max(budget - memory(chosen, chunk), least)
 
 
@@ -201,6 +207,7 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
     n = scan_length([tuple(leaf.shape) for leaf in xs_leaves], length, "length")
     check_interval(interval)
     check_options(options)
+    check_compression(compression, [leaf.dtype for leaf in jax.tree_util.tree_leaves(carry)])
     if reverse:
         flip = partial(jax.tree_util.tree_map, lambda leaf: jnp.flip(leaf, 0))
         final, ys = checkpoint_scan(step, carry, None if xs is None else flip(xs), length=length,
@@ -223,7 +230,8 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
     chosen, chunk, checkpointer_budget = plan_scan(
         n, _nbytes(carry), _nbytes(residuals), step_s, memory_budget=budget,
         interval=interval if interval == "auto" else min(interval, n),
-        write_bps=RUNS.write_bps or PRIOR_WRITE_BPS)
+        write_bps=RUNS.write_bps or PRIOR_WRITE_BPS,
+        engine_states=engine_states(options, compression))
     if compression is not None:
         options["compression"] = compression
     plan = Plan(n, chosen, chunk, tuple(sorted({

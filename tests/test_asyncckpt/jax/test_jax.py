@@ -222,6 +222,40 @@ def test_carries_go_through_level2_on_disk_within_the_budget(tmp_path) -> None:
     assert wait_no_threads() == []
 
 
+def test_a_codec_under_a_tight_budget_keeps_every_carry_on_level2() -> None:
+    """A codec holds one more buffer per I/O thread: the plan once left the checkpointer's
+    budget a buffer short, it fell back to Revolve in Level-1, advanced several segments in one
+    call and the forward's put waited for ever. Now the budget counts it (lossless: bitwise)."""
+    def loss(scan, **kwargs):
+        def f(c0):
+            final, ys = scan(lambda c, x: (jnp.tanh(c + x), jnp.sum(c)), c0,
+                             jnp.ones((40, 300)) * 0.1, **kwargs)
+            return jnp.sum(final) + jnp.sum(ys)
+        return f
+    pytest.importorskip("blosc2")
+    ours = jax.grad(loss(checkpoint_scan, interval=4, memory_budget="16KiB",
+                         compression="lz4"))(jnp.zeros(300))
+    assert np.asarray(ours).tobytes() == \
+        np.asarray(jax.grad(loss(jax.lax.scan))(jnp.zeros(300))).tobytes()
+    stats = last_stats()
+    assert stats.interval == 1 and stats.l2_writes == 10 and stats.encoded_states == 10
+    assert wait_no_threads() == []
+
+
+def test_a_checkpointer_that_would_advance_several_segments_at_once_fails_not_waits() -> None:
+    """The host run's safety net: a checkpointer whose budget leaves no room for Level-2 runs
+    Revolve in its slots, advancing several segments in one call, which XLA cannot serve: the
+    forward sweep fails and the next put raises (instead of waiting for a taker)."""
+    from asyncckpt.errors import CheckpointError
+    from asyncckpt.jax.host import HostRun
+    run = HostRun([(300,)], ["float64"], 10, {"memory_budget": 2 * 4096})
+    with pytest.raises(CheckpointError, match="advance segments 0 to [2-9] in one call"):
+        for segment in range(10):
+            run.put(segment, [np.full(300, float(segment))])
+    run.abort(CheckpointError("test over"))
+    assert wait_no_threads() == []
+
+
 def test_plan_keeps_a_segments_backward_within_the_budget() -> None:
     # sqrt(n) steps, hiding the write behind them, at most what three quarters of the budget
     # holds of steps' residuals, or the carries alone where not one step's fits
@@ -284,6 +318,17 @@ def test_bad_inputs_get_errors_that_name_them() -> None:
             jnp.zeros(3))
     with pytest.raises(ValueError, match=r"\['io_thread'\].*'io_threads'"):
         checkpoint_scan(step, jnp.zeros(3), jnp.zeros((5, 3)), io_thread=2)
+    with pytest.raises(ValueError, match="compression must be None, 'auto'.*got 'bogus'"):
+        jax.make_jaxpr(lambda c: checkpoint_scan(step, c, jnp.zeros((5, 3)),
+                                                 compression="bogus"))(jnp.zeros(3))
+    # the checkpointer's interval is 1: nothing for "auto" to decide
+    with pytest.raises(ValueError, match="compression='auto'.*name a codec"):
+        checkpoint_scan(step, jnp.zeros(3), jnp.zeros((5, 3)), compression="auto")
+    pytest.importorskip("zfpy")
+    mixed = (jnp.zeros(3, jnp.float32), jnp.zeros(3))
+    with pytest.raises(ValueError, match=r"dtypes \['float32', 'float64'\], kept as bytes.*zfp"):
+        checkpoint_scan(lambda c, x: (c, None), mixed, jnp.zeros((5, 3)),
+                        compression={"codec": "zfp", "tolerance": 1e-6})
 
 
 def test_reverse_runs_the_steps_from_the_last_as_lax_scan_does() -> None:
