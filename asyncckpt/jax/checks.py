@@ -11,8 +11,8 @@ import numpy as np
 
 from ..checkpointer import AsyncCheckpointer
 from ..compression import make_codec
-from ..planning import DEFAULT_STAGING_BUFFERS, check_int, engine_buffers
 from ..errors import InvalidTypeError, InvalidValueError
+from ..planning import DEFAULT_STAGING_BUFFERS, check_int, engine_buffers
 
 __all__ = ["check_carry", "check_compression", "check_interval", "check_leaves", "check_options",
            "check_returned", "engine_states"]
