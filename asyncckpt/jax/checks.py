@@ -13,6 +13,7 @@ from ..checkpointer import AsyncCheckpointer
 from ..compression import make_codec
 from ..errors import InvalidTypeError, InvalidValueError
 from ..planning import DEFAULT_STAGING_BUFFERS, check_int, engine_buffers
+from .wire import shared_dtype
 
 __all__ = ["check_carry", "check_compression", "check_interval", "check_leaves", "check_options",
            "check_returned", "engine_states"]
@@ -92,16 +93,17 @@ def check_compression(compression: Any, dtypes: list[Any]) -> None:
                                 "compress; checkpoint_scan sends every segment's first carry to "
                                 "Level-2, so name a codec: 'lz4', 'zstd', 'blosc' or a dict such "
                                 "as {'codec': 'zfp', 'tolerance': 1e-6}")
-    shared = {np.dtype(dtype) for dtype in dtypes}
-    if len(shared) == 1:
-        make_codec(compression, shared.pop())
+    shared = shared_dtype(dtypes)
+    if shared is not None:
+        make_codec(compression, shared)
         return
     try:
         make_codec(compression, np.uint8)
     except (InvalidTypeError, InvalidValueError) as error:
-        make_codec(compression, max(shared, key=lambda dtype: dtype.itemsize))
+        found = {np.dtype(dtype) for dtype in dtypes}
+        make_codec(compression, max(found, key=lambda dtype: dtype.itemsize))
         # a codec the leaves' own dtype would take: refused for the bytes
-        raise type(error)(f"the carry's leaves have dtypes {sorted(map(str, shared))}, kept as "
+        raise type(error)(f"the carry's leaves have dtypes {sorted(map(str, found))}, kept as "
                           f"bytes by the checkpointer: {error}") from error
 
 

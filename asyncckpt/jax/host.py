@@ -22,7 +22,7 @@ from ..checkpoint import ArrayCheckpoint
 from ..checkpointer import AsyncCheckpointer
 from ..errors import CheckpointError
 from ..stats import Stats
-from .wire import leaf_bytes
+from .wire import leaf_bytes, shared_dtype
 
 __all__ = ["HostRun", "RUNS", "end_open_runs", "last_stats"]
 
@@ -111,7 +111,7 @@ def _live_arrays(shapes: Sequence[tuple[int, ...]],
     """The checkpointer's live arrays for a carry of these leaves, and the leaves as views of
     them: the leaves themselves where they share a dtype (a codec sees it), else views of one
     byte buffer (a checkpoint's arrays share one dtype)."""
-    if len({np.dtype(dtype) for dtype in dtypes}) == 1:
+    if shared_dtype(dtypes) is not None:
         live = [np.empty(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
         return live, live
     sizes = [leaf_bytes(shape, dtype) for shape, dtype in zip(shapes, dtypes)]

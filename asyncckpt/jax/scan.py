@@ -70,8 +70,7 @@ class Plan:
 
 
 def _nbytes(tree: Any) -> int:
-    return sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
-               for leaf in jax.tree_util.tree_leaves(tree))
+    return sum(wire.leaf_bytes(leaf.shape, leaf.dtype) for leaf in jax.tree_util.tree_leaves(tree))
 
 
 def _step_seconds(fn: Any, carry: Any, x: Any, consts: list[Any]) -> float:

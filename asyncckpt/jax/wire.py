@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["HEADER_WORDS", "ids", "leaf_bytes", "pack", "unpack"]
+__all__ = ["HEADER_WORDS", "ids", "leaf_bytes", "pack", "shared_dtype", "unpack"]
 
 #: The run's key and the segment, two int32s, ahead of the carry's words.
 HEADER_WORDS = 2
@@ -40,6 +40,13 @@ def _words(leaf: Any) -> Any:
     flat = leaf.reshape(-1)
     flat = jnp.pad(flat, (0, -flat.size % per_word))
     return lax.bitcast_convert_type(flat.reshape(-1, per_word), jnp.uint32)
+
+
+def shared_dtype(dtypes: Sequence[Any]) -> np.dtype | None:
+    """The dtype the leaves share, or None where they differ: the host then keeps the carry as
+    one buffer of bytes (a checkpoint's arrays share one dtype)."""
+    found = {np.dtype(dtype) for dtype in dtypes}
+    return found.pop() if len(found) == 1 else None
 
 
 def leaf_bytes(shape: tuple[int, ...], dtype: Any) -> int:
