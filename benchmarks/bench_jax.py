@@ -1,5 +1,7 @@
 """asyncckpt.jax.checkpoint_scan against JAX's own ways to differentiate a long scan, each
-method and n in a process of its own (peak RSS per method), printed as a table and one JSON line.
+method and n in a process of its own (peak RSS per method), and every method of an n again in
+one process, timed in turns (``paired``: ratios side by side, under the same load), printed as a
+table and one JSON line.
 
 Workloads: ``gru``, a GRU language model (hidden 128, batch 32, float32: 16 KiB carries), and
 ``wave``, a 2D acoustic wave equation (64 x 64, float64, two time levels: 64 KiB carries)
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -145,21 +148,36 @@ def nested_scan(step, carry, xs, n: int, levels: int, chunk: int):
     return carry, ys
 
 
-def child(name: str, method: str, n: int, share: float, repeats: int, out: Path,
-          fixed: str | None = None) -> dict:
+class Compiled(NamedTuple):
+    """A method's gradient of the workload's loss, compiled, and what it was made with."""
+
+    grad: Any
+    #: the loss alone (``plain``: the floor's forward sweep), else None
+    forward: Any
+    args: tuple[Any, Any]
+    budget: int
+    carry_bytes: int
+    resid: int
+    levels: int | None
+
+
+def compiled(name: str, method: str, n: int, share: float,
+             fixed: str | None = None) -> Compiled:
+    """``method``'s gradient of the workload ``name``'s loss over ``n`` steps, compiled."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
     jax.config.update("jax_enable_x64", True)
-    from asyncckpt.jax import checkpoint_scan, last_stats
-
-    step, params, carry0, xs, carry_bytes, resid = workload(name, n)
+    from asyncckpt.jax import checkpoint_scan
     from asyncckpt.planning import parse_bytes
 
+    step, params, carry0, xs, carry_bytes, resid = workload(name, n)
     budget = (parse_bytes("--budget", fixed) if fixed is not None
               else max(int(share * n * carry_bytes), 64 << 10))
     levels = chunk = None
+    if method == "nested":
+        levels, chunk = nested_levels(n, carry_bytes, resid, budget)
 
     def scan(p, c, x):
         body = lambda c, x: step(p, c, x)  # noqa: E731
@@ -171,30 +189,61 @@ def child(name: str, method: str, n: int, share: float, repeats: int, out: Path,
             return nested_scan(body, c, x, n, levels, chunk)
         return checkpoint_scan(body, c, x, memory_budget=budget)
 
-    if method == "nested":
-        levels, chunk = nested_levels(n, carry_bytes, resid, budget)
-
     def loss(p, c):
         final, ys = scan(p, c, xs)
         return jnp.sum(ys) + sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(final))
 
     grad = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(params, carry0).compile()
+    forward = jax.jit(loss).lower(params, carry0).compile() if method == "plain" else None
+    return Compiled(grad, forward, (params, carry0), budget, carry_bytes, resid, levels)
+
+
+def paired(name: str, methods: list[str], n: int, share: float, repeats: int,
+           fixed: str | None = None) -> dict:
+    """Median seconds of every method's gradient (and of ``plain``'s forward sweep), all
+    compiled in one process and timed in turns, ``repeats`` rounds after two warm ones: their
+    ratios measured side by side, under the same load (the processes of their own give each
+    its RSS, and times that drift between processes)."""
+    import jax
+
+    calls = {}
+    for method in methods:
+        made = compiled(name, method, n, share, fixed)
+        calls[method] = (made.grad, made.args)
+        if made.forward is not None:
+            calls["forward"] = (made.forward, made.args)
+    seconds: dict[str, list[float]] = {key: [] for key in calls}
+    for round_ in range(repeats + 2):
+        for key, (call, args) in calls.items():
+            start = time.perf_counter()
+            jax.block_until_ready(call(*args))
+            if round_ >= 2:
+                seconds[key].append(time.perf_counter() - start)
+    return {key: statistics.median(values) for key, values in seconds.items()}
+
+
+def child(name: str, method: str, n: int, share: float, repeats: int, out: Path,
+          fixed: str | None = None) -> dict:
+    import jax
+
+    from asyncckpt.jax import last_stats
+
+    made = compiled(name, method, n, share, fixed)
     sampler = RssSampler()  # from here: the gradients' memory, not the compiler's
     seconds = []
     for _ in range(repeats + 1):  # the first also warms the pool and the cost memory
         start = time.perf_counter()
-        result = jax.block_until_ready(grad(params, carry0))
+        result = jax.block_until_ready(made.grad(*made.args))
         seconds.append(time.perf_counter() - start)
     growth = sampler.stop()
     seconds = seconds[1:]
     forward_s = None
-    if method == "plain":
-        forward = jax.jit(loss)
-        jax.block_until_ready(forward(params, carry0))
+    if made.forward is not None:
+        jax.block_until_ready(made.forward(*made.args))
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
-            jax.block_until_ready(forward(params, carry0))
+            jax.block_until_ready(made.forward(*made.args))
             times.append(time.perf_counter() - start)
         forward_s = statistics.median(times)
     leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(result)]
@@ -202,9 +251,25 @@ def child(name: str, method: str, n: int, share: float, repeats: int, out: Path,
     stats = last_stats() if method == "asyncckpt" else None
     return {"workload": name, "method": method, "n": n, "seconds": statistics.median(seconds),
             "forward_s": forward_s, "rss_growth_mib": growth / 2**20,
-            "budget_mib": budget / 2**20, "carry_kib": carry_bytes / 1024,
-            "residual_kib": resid / 1024, "levels": levels,
+            "budget_mib": made.budget / 2**20, "carry_kib": made.carry_bytes / 1024,
+            "residual_kib": made.resid / 1024, "levels": made.levels,
             "l2_writes": None if stats is None else stats.l2_writes}
+
+
+def run_paired(args: argparse.Namespace, n: int) -> dict[str, float]:
+    """:func:`paired` in a process of its own (empty where it failed: said on stderr)."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--workload", args.workload, "--n", str(n),
+         "--share", str(args.share), "--methods", args.methods,
+         "--paired-rounds", str(args.paired_rounds),
+         *(["--budget", args.budget] if args.budget else []), "--child", "paired", "-"],
+        capture_output=True, text=True, env={**os.environ})
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        print(f"n = {n}: the paired timing failed: {done.stderr.strip()[-500:]}",
+              file=sys.stderr)
+        return {}
+    return json.loads(lines[-1])
 
 
 def main() -> int:
@@ -216,8 +281,15 @@ def main() -> int:
                         help="a budget in bytes for every n (e.g. 8MiB) instead of --share")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--paired-rounds", type=int, default=7,
+                        help="rounds of every method's gradient timed in turns in one process "
+                             "per n, beside the processes of their own (0: none)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child and args.child[0] == "paired":
+        print(json.dumps(paired(args.workload, args.methods.split(","), int(args.n),
+                                args.share, args.paired_rounds, args.budget)))
+        return 0
     if args.child:
         method, out = args.child
         print(json.dumps(child(args.workload, method, int(args.n), args.share, args.repeats,
@@ -245,6 +317,13 @@ def main() -> int:
                     grads[method] = [saved[k] for k in sorted(saved.files,
                                                               key=lambda k: int(k[4:]))]
                 rows.append(row)
+            side_by_side = run_paired(args, n) if args.paired_rounds > 0 else {}
+            for row in rows:
+                if row["n"] == n and row.get("method") in side_by_side:
+                    row["paired_s"] = side_by_side[row["method"]]
+                    if "plain" in side_by_side:
+                        row["paired_over_floor"] = row["paired_s"] / (
+                            side_by_side["plain"] + side_by_side["forward"])
             plain = next((r for r in rows if r.get("method") == "plain" and r["n"] == n
                           and "seconds" in r), None)
             for row in rows:
@@ -257,16 +336,24 @@ def main() -> int:
                     row["max_rel_grad_error"] = max(
                         float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
                         for a, b in zip(ours, ref))
-    print(f"{'n':>7} {'method':>10} {'seconds':>8} {'/floor':>7} {'RSS MiB':>8} "
-          f"{'rel err':>9} levels/L2 writes")
+    print(f"{'n':>7} {'method':>10} {'seconds':>8} {'/floor':>7} {'paired':>7} "
+          f"{'/floor':>7} {'RSS MiB':>8} {'rel err':>9} levels/L2 writes")
+    nan = float("nan")
     for row in rows:
         if "seconds" not in row:
             print(f"{row['n']:>7} {row['method']:>10} failed: {row['error']}")
             continue
         extra = row["levels"] if row["method"] == "nested" else row["l2_writes"]
         print(f"{row['n']:>7} {row['method']:>10} {row['seconds']:8.3f} "
-              f"{row.get('over_floor', float('nan')):7.3f} {row['rss_growth_mib']:8.1f} "
-              f"{row.get('max_rel_grad_error', float('nan')):9.2e} {extra}")
+              f"{row.get('over_floor', nan):7.3f} {row.get('paired_s', nan):7.3f} "
+              f"{row.get('paired_over_floor', nan):7.3f} {row['rss_growth_mib']:8.1f} "
+              f"{row.get('max_rel_grad_error', nan):9.2e} {extra}")
+    for n in sorted({row["n"] for row in rows}):
+        paired_s = {row["method"]: row["paired_s"] for row in rows
+                    if row["n"] == n and "paired_s" in row}
+        if "nested" in paired_s and "asyncckpt" in paired_s:
+            print(f"n = {n}: nested / asyncckpt {paired_s['nested'] / paired_s['asyncckpt']:.3f}"
+                  " side by side in one process")
     print(json.dumps({"workload": args.workload, "share": args.share, "budget": args.budget,
                       "rows": rows}))
     return 0
