@@ -21,6 +21,7 @@ RSS during the gradients over the RSS before them (the program compiled), sample
 millisecond.
 
 Usage: python benchmarks/bench_jax.py [--workload gru] [--n 1000,10000,100000] [--share 0.02]
+       [--methods plain,nested,asyncckpt] [--paired-rounds 7]
 """
 from __future__ import annotations
 
