@@ -95,10 +95,13 @@ def slot_candidates(most: int) -> list[int]:
 DEFAULT_STAGING_BUFFERS = 2
 
 
-def engine_buffers(staging_buffers: int = DEFAULT_STAGING_BUFFERS) -> int:
+def engine_buffers(staging_buffers: int = DEFAULT_STAGING_BUFFERS, io_threads: int = 1,
+                   compressed: bool = False) -> int:
     """State buffers the transfer engine holds whenever Level-2 is used: ``staging_buffers``
-    for writes in flight and the reverse sweep's prefetch buffers."""
-    return staging_buffers + AsyncMultistage.prefetch_slots
+    for writes in flight, with a codec (``compressed``) each I/O thread's buffer for a
+    compressed state, and the reverse sweep's prefetch buffers."""
+    return (staging_buffers + (io_threads if compressed else 0)
+            + AsyncMultistage.prefetch_slots)
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,8 @@ class MemoryPlan:
         ``storage=None``'s host DRAM, which without a budget :func:`default_bound` bounds where
         a run could reach it."""
         memory_budget, host_memory_budget = options.memory_budget, options.host_memory_budget
-        buffers = engine_buffers(options.engine_held)
+        buffers = engine_buffers(options.staging_buffers, options.io_threads,
+                                 options.codec is not None)
         budget = None
         if memory_budget is not None:
             budget = Budget(ranks.min(memory_budget), nbytes, buffers,

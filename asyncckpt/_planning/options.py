@@ -188,12 +188,6 @@ class Options:
         return self.interval == "adaptive"
 
     @property
-    def engine_held(self) -> int:
-        """State buffers the transfer engine holds beside the prefetch buffers: the staging
-        buffers and, with a codec, each I/O thread's buffer for a compressed state."""
-        return self.staging_buffers + (self.io_threads if self.codec is not None else 0)
-
-    @property
     def tuned(self) -> bool:
         """Whether the model chooses the plan ("auto" or "adaptive")."""
         return isinstance(self.interval, str)

@@ -113,4 +113,4 @@ def engine_states(options: dict[str, Any], compression: Any) -> int:
     staging = check_int("staging_buffers",
                         options.get("staging_buffers", DEFAULT_STAGING_BUFFERS), 1)
     io_threads = check_int("io_threads", options.get("io_threads", 1), 1)
-    return engine_buffers(staging + (io_threads if compression is not None else 0))
+    return engine_buffers(staging, io_threads, compression is not None)
