@@ -16,8 +16,10 @@ is the method's own. Per n, in one process, the methods interleaved, medians of 
 
 Memory per method: the device's peak (torch's peak allocated bytes over those before the
 gradient, plus the bytes CuPy's memory pool holds after it, which is where asyncckpt keeps
-Level-1; the pool is emptied before each run) and the host's peak RSS growth (pinned memory
-counts in RSS). The gradients of ``checkpoint_scan`` are compared bit for bit with plain
+Level-1; the pool is emptied before each run), the same less the parameters' gradients (the
+result, which every method holds at the end) and the host's peak RSS growth (pinned memory
+counts in RSS). ``scan_plan``: the segments, interval, Level-1 slots and device bytes of the
+last ``checkpoint_scan``. The gradients of ``checkpoint_scan`` are compared bit for bit with plain
 autograd's, under ``torch.use_deterministic_algorithms(True)``.
 
 Usage: python benchmarks/bench_torch_gpu.py [--n 1000 10000] [--hidden 1024] [--batch 32]
@@ -28,9 +30,11 @@ the hardware.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -43,6 +47,8 @@ import torch  # noqa: E402
 from asyncckpt.torch import checkpoint_scan  # noqa: E402
 
 METHODS = ("plain", "forward-no-grad", "checkpoint_scan", "save_on_cpu")
+#: what the last ``checkpoint_scan`` ran: its segments and its checkpointer's plan and bytes
+SCAN_PLAN: dict[str, Any] = {}
 
 
 class LanguageModel:
@@ -88,7 +94,12 @@ def _gradient(model: LanguageModel, method: str, budget: str) -> list[torch.Tens
     if method == "checkpoint_scan":
         _, losses = checkpoint_scan(model.step, model.carry(), model.xs, params=model.params,
                                     memory_budget=budget)
+        run = losses.grad_fn.run  # the ScanRun, on the autograd node's context
         losses.sum().backward()
+        stats = run.checkpointer.stats
+        SCAN_PLAN.update(segments=len(run.starts) - 1, interval=stats.interval,
+                         l1_slots=stats.l1_slots, device_bytes=stats.device_bytes,
+                         l2_writes=stats.l2_writes)
     elif method == "save_on_cpu":
         with torch.autograd.graph.save_on_cpu(pin_memory=True):
             losses = _plain_losses(model)
@@ -122,6 +133,7 @@ def _measured(model: LanguageModel, method: str, budget: str) -> dict[str, Any]:
     """One gradient's seconds, device and host memory, and its gradients."""
     cuda = model.device.startswith("cuda")
     pool = _cupy_pool() if cuda else None
+    gc.collect()  # an earlier run's cycles, freed mid-run, would lower the peak's base
     if pool is not None:
         pool.free_all_blocks()
     _synchronize(model.device)
@@ -136,13 +148,16 @@ def _measured(model: LanguageModel, method: str, budget: str) -> dict[str, Any]:
     grads = _gradient(model, method, budget)
     _synchronize(model.device)
     seconds = time.perf_counter() - start
+    print(f"n {len(model.xs[0])}: {method} {seconds:.3f} s", file=sys.stderr, flush=True)
     out: dict[str, Any] = {"seconds": seconds, "grads": grads,
                            "host_growth_mib": max(0, _peak_rss() - rss) / 2**20}
     if cuda:
         torch_peak = torch.cuda.max_memory_allocated() - before
         cupy_held = pool.total_bytes() if pool is not None else 0
+        result = sum(g.nbytes for g in grads)  # .grad: every method ends holding it
         out.update(device_torch_mib=torch_peak / 2**20, device_cupy_mib=cupy_held / 2**20,
-                   device_mib=(torch_peak + cupy_held) / 2**20)
+                   device_mib=(torch_peak + cupy_held) / 2**20,
+                   device_beyond_grads_mib=(torch_peak + cupy_held - result) / 2**20)
     return out
 
 
@@ -160,14 +175,15 @@ def _row(n: int, args: argparse.Namespace) -> dict[str, Any]:
         if "plain" in runs:
             bitwise &= all(torch.equal(a, b) for a, b in zip(runs["checkpoint_scan"][-1]["grads"],
                                                               runs["plain"][-1]["grads"]))
-    keys = ("seconds", "device_mib", "device_torch_mib", "device_cupy_mib", "host_growth_mib")
+    keys = ("seconds", "device_mib", "device_beyond_grads_mib", "device_torch_mib",
+            "device_cupy_mib", "host_growth_mib")
     median = {m: {k: round(statistics.median(r[k] for r in rs), 3) for k in keys if k in rs[0]}
               for m, rs in runs.items()}
     row: dict[str, Any] = {
         "bench": "torch-gpu", "device": _device_name(args.device), "torch": torch.__version__,
         "n": n, "hidden": args.hidden, "batch": args.batch, "vocab": args.vocab,
         "carry_bytes": 2 * args.batch * args.hidden * 4, "budget": args.budget,
-        "repeats": args.repeats, "median": median}
+        "repeats": args.repeats, "scan_plan": dict(SCAN_PLAN), "median": median}
     seconds = {m: v["seconds"] for m, v in median.items()}
     if "plain" in seconds:
         floor = seconds["plain"] + seconds["forward-no-grad"]
