@@ -168,6 +168,24 @@ class Stats:
         """forward_s + reverse_s."""
         return self.forward_s + self.reverse_s
 
+    def __repr__(self) -> str:
+        """The run in one line: what ran, its time and its traffic; the per-interval starts, the
+        tiers and the calibration are in the fields (and :meth:`as_dict`), whose size grows
+        with n."""
+        parts = [f"n_timesteps={self.n_timesteps}", f"interval={self.interval}",
+                 f"l1_slots={self.l1_slots}", f"taping={self.taping}",
+                 f"forward_steps={self.forward_steps}", f"reverse_steps={self.reverse_steps}",
+                 f"recompute_factor={self.recompute_factor:.3g}",
+                 f"forward_s={self.forward_s:.3g}", f"reverse_s={self.reverse_s:.3g}",
+                 f"l2_writes={self.l2_writes}", f"l2_reads={self.l2_reads}",
+                 f"bytes_written={self.bytes_written}", f"write_stall_s={self.write_stall_s:.3g}",
+                 f"read_stall_s={self.read_stall_s:.3g}", f"l1_peak_slots={self.l1_peak_slots}"]
+        if self.device != "host":
+            parts.append(f"device={self.device!r}")
+        if self.l2_failures:
+            parts.append(f"l2_failures={self.l2_failures}")
+        return f"Stats({', '.join(parts)})"
+
     def as_dict(self) -> dict[str, Any]:
         """Every field and derived figure, JSON-ready."""
         out = asdict(self)

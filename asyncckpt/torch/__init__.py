@@ -12,9 +12,10 @@ Imports torch; the rest of asyncckpt never imports this module.
 """
 from __future__ import annotations
 
+from .function import last_stats
 from .scan import checkpoint_scan
 from .sequential import activation_shapes, checkpoint_sequential
 from .trees import closed_over_parameters, saved_bytes
 
 __all__ = ["checkpoint_scan", "checkpoint_sequential", "closed_over_parameters",
-           "activation_shapes", "saved_bytes"]
+           "activation_shapes", "last_stats", "saved_bytes"]

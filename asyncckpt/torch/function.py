@@ -6,7 +6,25 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["Checkpointed", "ForwardOperator", "ReverseOperator", "Run"]
+from ..stats import Stats
+
+__all__ = ["Checkpointed", "ForwardOperator", "ReverseOperator", "Run", "last_stats"]
+
+# The stats of the last run that ended in this process (its backward, or its forward where no
+# backward comes); the checkpointer itself is let go with the run.
+_LAST: list[Stats] = []
+
+
+def last_stats() -> Stats | None:
+    """The :class:`~asyncckpt.Stats` of the last ``checkpoint_scan`` or
+    ``checkpoint_sequential`` of this process to end (after its backward, or after its forward
+    where nothing needs a gradient); None before any."""
+    return _LAST[-1] if _LAST else None
+
+
+def record_stats(stats: Stats) -> None:
+    """Keep ``stats`` as the last run's (one at a time)."""
+    _LAST[:] = [stats]
 
 
 class Run(Protocol):
@@ -70,3 +88,4 @@ class Checkpointed(torch.autograd.Function):
             return (None, *run.backward(grads))
         finally:
             run.checkpointer.close()
+            record_stats(run.checkpointer.stats)

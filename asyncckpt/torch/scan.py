@@ -11,7 +11,7 @@ from ..checkpointer import AsyncCheckpointer
 from ..errors import InvalidTypeError, InvalidValueError
 from ..planning import scan_length
 
-from .function import Checkpointed, ForwardOperator, ReverseOperator
+from .function import Checkpointed, ForwardOperator, ReverseOperator, record_stats
 from .segments import SCAN_CHECKPOINTS_SHARE, graph_share, in_segments, segment_starts
 from .trees import UNSET, Live, Tree, closed_over_parameters, leaves, saved_bytes
 
@@ -248,6 +248,7 @@ def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs:
     outputs = Checkpointed.apply(scan, *carry_leaves, *xs_leaves, *params)
     if not any(out.requires_grad for out in outputs):
         scan.checkpointer.close()  # no backward will come (no_grad, or nothing to differentiate)
+        record_stats(scan.checkpointer.stats)
     nc = len(carry_leaves)
     final = pytree.tree_unflatten(list(outputs[:nc]), carry_spec)
     ys = pytree.tree_unflatten(list(outputs[nc:]), scan.y_spec) \

@@ -12,7 +12,7 @@ import torch
 from ..checkpointer import AsyncCheckpointer
 from ..errors import InvalidTypeError, InvalidValueError
 
-from .function import Checkpointed, ForwardOperator, ReverseOperator
+from .function import Checkpointed, ForwardOperator, ReverseOperator, record_stats
 from .segments import STACK_CHECKPOINTS_SHARE, graph_share, in_segments, segment_starts
 from .trees import closed_over_parameters
 
@@ -280,6 +280,11 @@ def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input:
     layers = list(functions)  # (a Sequential's children() would drop a repeated module)
     if not layers:
         raise InvalidValueError("checkpoint_sequential needs at least one layer")
+    for i, layer in enumerate(layers):
+        if not callable(layer):
+            raise InvalidTypeError(
+                f"layer {i} is a {type(layer).__name__} ({layer!r:.40}), expected an nn.Module "
+                "or a callable taking a tensor and returning one (torch.nn.ReLU(), not 'relu')")
     if not isinstance(input, torch.Tensor):
         raise InvalidTypeError(f"input must be a tensor, got a {type(input).__name__}")
     if memory_budget is not None:
@@ -297,4 +302,5 @@ def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input:
         (output,) = Checkpointed.apply(run, input, *run.flat_params)
     if not output.requires_grad:
         run.checkpointer.close()
+        record_stats(run.checkpointer.stats)
     return output

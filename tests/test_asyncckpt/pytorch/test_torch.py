@@ -8,7 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from asyncckpt.storage import HostMemoryStorage  # noqa: E402
-from asyncckpt.torch import checkpoint_scan, closed_over_parameters  # noqa: E402
+from asyncckpt.torch import (  # noqa: E402
+    checkpoint_scan, checkpoint_sequential, closed_over_parameters)
 
 
 class CountingStorage(HostMemoryStorage):
@@ -453,3 +454,24 @@ def test_a_layer_whose_output_changed_since_its_pass_runs_afresh():
     w.grad = None
     torch.tanh(x @ w)[:, :5].sum().backward()
     assert ours.numpy().tobytes() == w.grad.numpy().tobytes()
+
+
+def test_last_stats_tell_what_the_last_scan_and_stack_ran():
+    from asyncckpt.torch import last_stats
+
+    cell = torch.nn.GRUCell(4, 4)
+    xs = torch.randn(30, 2, 4)
+    _, ys = checkpoint_scan(lambda h, x: (cell(x, h),) * 2, torch.zeros(2, 4), xs,
+                            memory_budget="64KiB", segments=30)
+    ys.sum().backward()
+    stats = last_stats()
+    assert stats.n_timesteps == 30 and stats.reverse_steps == 30
+    assert len(repr(stats)) < 600
+    net = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(5)])
+    checkpoint_sequential(net, torch.randn(3, 4, requires_grad=True), segments=5).sum().backward()
+    assert last_stats().n_timesteps == 5
+
+
+def test_a_layer_that_is_not_callable_is_named_by_its_index():
+    with pytest.raises(TypeError, match=r"layer 1 is a str .*'relu'"):
+        checkpoint_sequential([torch.nn.Linear(4, 4), "relu"], torch.randn(2, 4))
