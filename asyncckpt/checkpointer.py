@@ -19,9 +19,10 @@ from schedules.actions import Action
 from ._execution.guard import CallGuard
 from ._execution.ranks import Ranks, ranks_of
 from ._planning.budget import DEFAULT_STAGING_BUFFERS
-from ._planning.build import Parts, build
+from ._planning.build import build
 from ._planning.options import Options, check_operator, check_stop
 from ._planning.plan import RunPlan
+from ._planning.taping import decide_taping
 from ._planning.tuner import IntervalTuner
 from .checkpoint import as_dtype, check_descriptor
 from .errors import UsageError
@@ -87,10 +88,9 @@ class AsyncCheckpointer:
         (docs/reliability.md).
     blas_threads : int or None
         Cap BLAS threads while the sweeps run (default None: left alone).
-    taping : bool
-        True (default): pyrevolve's protocol, each ``rev.apply`` directly after a forward call
-        ending at t + 1. False: ``rev.apply`` runs with u_t live, one forward step fewer per
-        reverse step, for adjoints that read only the checkpoint (docs/migration.md).
+    taping : bool or None
+        True: pyrevolve's protocol; False: taping-free (u_t live); None (default): decided from
+        the reverse operator, never guessed (``stats.taping_reason``; docs/migration.md).
     keep_trace : bool
         Keep each run's actions in :attr:`trace`, for :func:`schedules.simulate`.
     comm : mpi4py communicator, optional
@@ -113,8 +113,9 @@ class AsyncCheckpointer:
         memory_budget: int | str | None = None, host_memory_budget: int | str | None = None,
         staging_buffers: int = DEFAULT_STAGING_BUFFERS, io_threads: int = 1,
         transfers: str = "auto", verify: bool = True, compression: Any = None,
-        on_level2_error: str = "raise", blas_threads: int | None = None, taping: bool = True,
-        keep_trace: bool = False, comm: Any = None, transfer_timeout: float | None = None,
+        on_level2_error: str = "raise", blas_threads: int | None = None,
+        taping: bool | None = None, keep_trace: bool = False, comm: Any = None,
+        transfer_timeout: float | None = None,
     ) -> None:
         self._closed = True  # until construction succeeds
         self._calls = CallGuard()
@@ -126,17 +127,17 @@ class AsyncCheckpointer:
             host_memory_budget=host_memory_budget, staging_buffers=staging_buffers,
             io_threads=io_threads, transfers=transfers, verify=verify, compression=compression,
             dtype=self.dtype, on_level2_error=on_level2_error, blas_threads=blas_threads,
-            taping=taping, keep_trace=keep_trace, transfer_timeout=transfer_timeout)
-        self.n_timesteps, self.taping, self.keep_trace = (options.n_timesteps, options.taping,
-                                                          options.keep_trace)
+            taping=decide_taping(taping, checkpoint, fwd_operator, rev_operator),
+            keep_trace=keep_trace, transfer_timeout=transfer_timeout)
+        self.n_timesteps, self.keep_trace = options.n_timesteps, options.keep_trace
         #: the actions the last run executed (with ``keep_trace=True``)
         self.trace: list[Action] = []
         #: the ranks the plan is agreed on: one process, or every rank of ``comm``
         self.ranks: Ranks = ranks_of(comm)
-        self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
-        parts: Parts = build(checkpoint, fwd_operator, rev_operator, self.nbytes, self.dtype,
-                             options, self.ranks, storage)
-        self._parts = parts
+        self.fwd_operator, self.rev_operator, self.taping = fwd_operator, rev_operator, \
+            options.taping
+        parts = self._parts = build(checkpoint, fwd_operator, rev_operator, self.nbytes,
+                                    self.dtype, options, self.ranks, storage)
         #: The device Level-1 lives on (where u_0's arrays are, None for host memory); Level-2
         self.device, self.storage = parts.link.device, parts.storage
         self.memory_budget = None if parts.memory.budget is None else parts.memory.budget.nbytes

@@ -24,6 +24,9 @@ class Stats:
         adaptive or online run took.
     taping : bool
         The protocol of the reverse calls: with a taping forward step each, or without.
+    taping_reason : str
+        Why: the argument or variable that forced it, the reverse operator's declaration, or
+        what a Devito reverse operator reads against what the checkpoint holds.
     l1_slots : int
         Level-1 slots for Revolve inside an interval.
     forward_steps, reverse_steps : int
@@ -108,6 +111,7 @@ class Stats:
     interval_starts: list[int] = field(default_factory=list)
     l1_slots: int = 0
     taping: bool = True
+    taping_reason: str = ""
     forward_steps: int = 0
     reverse_steps: int = 0
     forward_calls: int = 0

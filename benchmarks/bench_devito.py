@@ -6,7 +6,8 @@ outside its timing), one JSON line.
 Each gradient goes through ``examples.seismic`` 's own ``jacobian_adjoint(checkpointing=True)``,
 which builds a fresh ``Revolver(cp, fwd, rev, None, nt - 2)`` per call, with ``Revolver`` swapped
 in the wavesolver's module: pyrevolve's (its default ``n_checkpoints=None``, and with
-``--pyrevolve-slots``), asyncckpt's with ``interval="auto"`` (``ASYNCCKPT_TAPING=1`` and ``0``),
+``--pyrevolve-slots``), asyncckpt's with ``interval="auto"`` (as it decides the protocol, and
+forced by ``ASYNCCKPT_TAPING=1`` and ``0``),
 and Devito's full-history gradient (``checkpointing=False``, the wavefield saved by a forward
 run outside the timing and let go after it: a program that checkpoints holds no full history,
 so the checkpointed gradients run without it). Ratios are of medians; every gradient is
@@ -261,7 +262,10 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
                                "pyrevolve-slots": PyrevolveWithSlots}.get(method, Compat)
         base, _, codec = method.partition("+")
         protocol, _, interval = base.partition("-I")
-        os.environ["ASYNCCKPT_TAPING"] = "0" if protocol == "asyncckpt-taping-free" else "1"
+        if protocol == "asyncckpt":  # the default: the runtime decides from the operators
+            os.environ.pop("ASYNCCKPT_TAPING", None)
+        else:
+            os.environ["ASYNCCKPT_TAPING"] = "0" if protocol == "asyncckpt-taping-free" else "1"
         os.environ["ASYNCCKPT_INTERVAL"] = interval or "auto"
         os.environ["ASYNCCKPT_COMPRESSION"] = codec
         start = time.perf_counter()
@@ -269,7 +273,7 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
         grad, _ = solver.jacobian_adjoint(rec, None, checkpointing=True)
         return time.perf_counter() - start, grad.data.copy()
 
-    protocols = ["asyncckpt-taping", "asyncckpt-taping-free"]
+    protocols = ["asyncckpt", "asyncckpt-taping", "asyncckpt-taping-free"]
     fixed = [int(k) for k in args.intervals.split(",") if k.strip()]
     # with --memory, "pyrevolve" is pyrevolve with the same bytes; else its default, and
     # "pyrevolve-slots" beside it
@@ -329,7 +333,7 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
                     "forward_steps": stats.forward_steps, "reverse_steps": stats.reverse_steps,
                     "copies": stats.copies, "descriptor_s": stats.descriptor_s,
                     "total_s": stats.total_s, "wall_s": seconds,
-                    "taping_free": not stats.taping,
+                    "taping_free": not stats.taping, "taping_reason": stats.taping_reason,
                     "l2_writes_per_tier": [tier["writes"] for tier in stats.l2_tiers],
                     "compression_ratio": round(stats.compression_ratio, 3),
                     "compress_s": stats.compress_s, "decompress_s": stats.decompress_s,
@@ -368,6 +372,8 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
     warm_copies = n * quiet["copy_warm"]
     limit = {"asyncckpt-taping-free": floor + warm_copies}
     limit["asyncckpt-taping"] = limit["asyncckpt-taping-free"] + quiet["forward_call_per_step"]
+    limit["asyncckpt"] = limit["asyncckpt-taping-free" if runs["asyncckpt"][-1]["taping_free"]
+                               else "asyncckpt-taping"]
     out["limit_s"] = {m: round(v, 3) for m, v in limit.items()}
     # "auto" against fixed intervals once memory is warm: "auto" runs first, so its first
     # gradient faults in the memory that every fixed interval's first gradient then reuses
@@ -401,7 +407,7 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
         out[f"{method}_over_limit"] = round(median[method] / limit[method], 3)
         # the last run: where the time went, once costs were learned
         final = runs[method][-1]
-        out[f"{method}_last_run"] = {k: v if isinstance(v, list) else round(float(v), 3)
+        out[f"{method}_last_run"] = {k: v if isinstance(v, (list, str)) else round(float(v), 3)
                                      for k, v in final.items()}
         out[f"{method}_where"] = _where(final, quiet, n)
         # each run's plan: (interval, 0 for Level-1 alone; slots; measured/predicted; faults;

@@ -172,6 +172,7 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
         if memory.n_timesteps == 1:
             planner.with_interval(1)
     runs = Runs(planner, auto, engine, interpreter, meter, ranks, taping=options.taping,
+                taping_reason=options.taping_reason,
                 device="host" if link.device is None else link.device.name)
     return Parts(link, level1, memory, storage, owns_storage, in_level1, engine, interpreter,
                  meter, runs, transfers, transfer_costs, tier_costs)
@@ -198,11 +199,11 @@ class Runs:
 
     def __init__(self, planner: Planner, auto: AutoPlanner | None, engine: TransferEngine,
                  interpreter: Interpreter, meter: RunMeter, ranks: Ranks, *, taping: bool,
-                 device: str) -> None:
+                 taping_reason: str, device: str) -> None:
         self.planner, self.auto = planner, auto
         self.engine, self.interpreter, self.meter, self.ranks = engine, interpreter, meter, ranks
         #: what each run's Stats say of it: the protocol, and where Level-1 lives
-        self.taping, self.device = taping, device
+        self.taping, self.taping_reason, self.device = taping, taping_reason, device
 
     def begin(self, stop: Callable[[int], object] | None
               ) -> tuple[Stats, AsyncMultistage | OnlineMultistage | Revolve]:
@@ -212,7 +213,8 @@ class Runs:
         calls = self.ranks.calls
         n = planner.n_timesteps
         stats = Stats(n_timesteps=n or 0, l1_slots=planner.l1_slots,
-                      l1_bytes=planner.l1_bytes, taping=self.taping, device=self.device)
+                      l1_bytes=planner.l1_bytes, taping=self.taping,
+                      taping_reason=self.taping_reason, device=self.device)
         self.meter.start(n)
         if auto is not None:
             auto.before_run(stats, self.interpreter)

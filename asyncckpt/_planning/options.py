@@ -8,11 +8,15 @@ import logging
 import os
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from schedules._args import check_bool, check_int
 
 from ..compression import Codec, MissingCodecError, make_codec
 from ..errors import InvalidTypeError, InvalidValueError, UsageError
+
+if TYPE_CHECKING:  # taping.py reads the environment through this module
+    from .taping import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +184,8 @@ class Options:
     blas_threads: int | None
     taping: bool
     keep_trace: bool
+    #: why the run is taped or taping-free (``Stats.taping_reason``)
+    taping_reason: str = ""
     #: seconds past which a transfer the caller waits for is a stall (None: derived)
     transfer_timeout: float | None = None
 
@@ -196,10 +202,11 @@ class Options:
     def parse(cls, n_timesteps: object, *, l1_slots: object, interval: object,
               memory_budget: object, host_memory_budget: object, staging_buffers: object,
               io_threads: object, transfers: object, verify: object, compression: object,
-              dtype: object, on_level2_error: object, blas_threads: object, taping: object,
-              keep_trace: object, transfer_timeout: object = None) -> "Options":
+              dtype: object, on_level2_error: object, blas_threads: object,
+              taping: Protocol, keep_trace: object,
+              transfer_timeout: object = None) -> "Options":
         """Check every option, raising an error that names the first bad one; ``dtype`` is the
-        states' (for the codec of ``compression``)."""
+        states' (for the codec of ``compression``), ``taping`` the protocol decided."""
         n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1, MAX_STEPS)
         if l1_slots is None and memory_budget is None:
             raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (bytes), "
@@ -231,7 +238,7 @@ class Options:
                                          ("raise", "recompute")),
             blas_threads=(None if blas_threads is None
                           else check_int("blas_threads", blas_threads, 1, 2**31 - 1)),
-            taping=check_bool("taping", taping),
+            taping=taping.taping, taping_reason=taping.reason,
             keep_trace=check_bool("keep_trace", keep_trace),
             transfer_timeout=None if transfer_timeout is None else check_seconds(
                 "transfer_timeout", transfer_timeout),

@@ -39,7 +39,7 @@ class DeclaredDtype:
     arrays (the operators call it first: see :class:`Settling`)."""
 
     def __init__(self, checkpoint: Any, dtype: np.dtype) -> None:
-        self.checkpoint = checkpoint
+        self.checkpoint = self.__wrapped__ = checkpoint  # what the taping decision reads
         self.size, self.dtype = checkpoint.size, dtype
         self._restored: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -72,6 +72,7 @@ class Settling:
 
     def __init__(self, operator: Any, declared: DeclaredDtype) -> None:
         self.operator, self.declared = operator, declared
+        self.__wrapped__ = operator  # what the taping decision reads
 
     def apply(self, **kwargs: Any) -> Any:
         self.declared.settle()

@@ -36,8 +36,9 @@ class Operator(abc.ABC):
         step t_start (t_end = t_start + 1)."""
 
 
-def taping_from_environment() -> bool:
-    """``$ASYNCCKPT_TAPING`` as a bool: unset or empty is True (pyrevolve's protocol).
+def taping_from_environment() -> bool | None:
+    """``$ASYNCCKPT_TAPING`` as a bool; None where it is unset or empty (the checkpointer then
+    decides from the reverse operator: :class:`~asyncckpt.AsyncCheckpointer`'s ``taping``).
 
     Raises
     ------
@@ -45,7 +46,7 @@ def taping_from_environment() -> bool:
         Naming the variable and the accepted values.
     """
     text = environment("ASYNCCKPT_TAPING")
-    return True if text is None else parse_flag("ASYNCCKPT_TAPING", text)
+    return None if text is None else parse_flag("ASYNCCKPT_TAPING", text)
 
 
 class Revolver:
@@ -77,8 +78,11 @@ class Revolver:
     interval : int, "auto" or "adaptive", optional
         Default ``$ASYNCCKPT_INTERVAL``, else "auto".
     taping : bool, optional
-        False: the taping-free reverse (``rev.apply`` with the live state u_t, no taping step;
-        see docs/migration.md for when it is safe). Default ``$ASYNCCKPT_TAPING``, else True.
+        True: pyrevolve's protocol; False: the taping-free reverse (``rev.apply`` with the live
+        state u_t, no taping step). Default ``$ASYNCCKPT_TAPING``, else decided from the
+        reverse operator, never guessed: taping-free where it declares ``needs_taping = False``
+        or is a Devito operator that reads only what the checkpoint holds
+        (``stats.taping_reason``, and the log of ``asyncckpt`` at INFO, say which and why).
     compression_params : dict, optional
         pyrevolve's: ``{"scheme": None | "blosc" | "zfp" | "custom", ...}`` (zfp with one of
         ``tolerance``, ``rate``, ``precision``; custom with ``compressor`` and
@@ -133,7 +137,7 @@ class Revolver:
             else:
                 interval = "auto"
         if taping is None:
-            taping = taping_from_environment()
+            taping = taping_from_environment()  # else None: the checkpointer decides
         if "comm" not in options:
             options["comm"] = world_if_running()
         self.checkpoint = checkpoint
@@ -239,7 +243,7 @@ class _FirstStateOnce:
     pyrevolve."""
 
     def __init__(self, checkpoint: Any) -> None:
-        self._checkpoint = checkpoint
+        self._checkpoint = self.__wrapped__ = checkpoint  # what the taping decision reads
         self.size, self.dtype = checkpoint.size, checkpoint.dtype
         self._kept: Any = None
         self._reuses = 0

@@ -40,7 +40,7 @@ def make(n: int = 10, **overrides):
                                                   "'inline', got 'sometimes'"),
         (dict(on_level2_error="ignore"), ValueError, "on_level2_error must be one of 'raise', "
                                                      "'recompute', got 'ignore'"),
-        (dict(taping=0), TypeError, "taping must be True or False, got 0"),
+        (dict(taping=0), TypeError, "taping must be True, False or None \\(decide\\), got 0"),
         (dict(fwd=object()), TypeError, "fwd_operator must have an apply"),
         (dict(rev=lambda t: t), TypeError, "rev_operator must have an apply"),
         (dict(storage=42), TypeError, "storage must be None or .dram. .* got int"),

@@ -277,7 +277,7 @@ def test_a_bad_taping_variable_names_itself(monkeypatch, value: str) -> None:
 
 def test_taping_must_be_a_bool() -> None:
     model = Leapfrog(5)
-    with pytest.raises(TypeError, match="taping must be True or False, got 0"):
+    with pytest.raises(TypeError, match=r"taping must be True, False or None \(decide\), got 0"):
         AsyncCheckpointer(model, Forward(model), Forward(model), 5, l1_slots=2, taping=0)
 
 
@@ -306,3 +306,69 @@ def test_a_taping_free_checkpointer_starts_from_what_taping_runs_measured() -> N
                            taping=True) as again:
         forward_reverse(model, again)
     assert again.stats.calibration["learned_runs"] == 1 and again.stats.probe_steps == 0
+
+
+# -- the protocol decided from the reverse operator (taping=None, the default) ---------------
+
+class Declaring(Witness):
+    """A Leapfrog's reverse operator that declares whether it needs the taping step."""
+
+    def __init__(self, model: Leapfrog, states: list[bytes], declared: object) -> None:
+        super().__init__(model, states, taping=declared is not False)
+        self.needs_taping = declared
+
+
+@pytest.mark.parametrize("declared", [False, True])
+@pytest.mark.parametrize("driver", ["checkpointer", "compat"])
+def test_the_reverse_operators_declaration_decides_the_protocol(declared, driver, monkeypatch):
+    monkeypatch.delenv("ASYNCCKPT_TAPING", raising=False)
+    n = 30
+    model = Leapfrog(n)
+    reference = store_all_reference(model)
+    witness = Declaring(model, forward_states(model), declared)
+    if driver == "compat":  # read through the Revolver's wrappers
+        run = Revolver(model, Forward(model), witness, 3, n)
+    else:
+        run = AsyncCheckpointer(model, Forward(model), witness, n, l1_slots=3, interval=5)
+    with run:
+        for got, want in zip(forward_reverse(model, run), reference):
+            assert got.tobytes() == want.tobytes()
+        assert run.stats.taping is declared
+        assert run.stats.taping_reason == f"the reverse operator declares needs_taping = {declared}"
+    assert witness.checked == n
+
+
+def test_an_operator_that_declares_nothing_stays_taped(monkeypatch):
+    monkeypatch.delenv("ASYNCCKPT_TAPING", raising=False)
+    model = Leapfrog(20)
+    witness = Witness(model, forward_states(model), taping=True)
+    with AsyncCheckpointer(model, Forward(model), witness, 20, l1_slots=3) as ckp:
+        forward_reverse(model, ckp)
+    assert ckp.stats.taping is True and witness.checked == 20
+    assert "declares no needs_taping" in ckp.stats.taping_reason
+
+
+@pytest.mark.parametrize("forced", ["0", "1"])
+def test_the_variable_and_the_argument_overrule_a_declaration(forced, monkeypatch):
+    model = Leapfrog(20)
+    states = forward_states(model)
+    monkeypatch.setenv("ASYNCCKPT_TAPING", forced)
+    # the declaration says the opposite of the variable
+    witness = Declaring(model, states, declared=forced == "0")
+    witness.taping = forced == "1"
+    with AsyncCheckpointer(model, Forward(model), witness, 20, l1_slots=3) as ckp:
+        forward_reverse(model, ckp)
+    assert ckp.stats.taping is (forced == "1")
+    assert ckp.stats.taping_reason == f"ASYNCCKPT_TAPING={forced}"
+    witness.taping = True
+    with AsyncCheckpointer(model, Forward(model), witness, 20, l1_slots=3, taping=True) as ckp:
+        forward_reverse(model, ckp)
+    assert ckp.stats.taping_reason == "taping=True was given" and witness.checked == 40
+
+
+def test_a_declaration_that_is_not_a_bool_is_refused(monkeypatch):
+    monkeypatch.delenv("ASYNCCKPT_TAPING", raising=False)
+    model = Leapfrog(5)
+    witness = Declaring(model, [], declared="no")
+    with pytest.raises(TypeError, match="Declaring.needs_taping must be True or False, got 'no'"):
+        AsyncCheckpointer(model, Forward(model), witness, 5, l1_slots=2)

@@ -172,3 +172,94 @@ def test_devito_runs_on_asyncckpt_through_the_switch_unedited(tmp_path) -> None:
                           capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-2:] == ["asyncckpt.compat._revolver", "True"]
+
+
+# -- the protocol decided from the operators' expressions (no ASYNCCKPT_TAPING) --------------
+
+
+class Recorded(asyncckpt.compat.Revolver):
+    """compat's Revolver on its own default path, keeping each run's stats."""
+
+    seen: list = []
+
+    def apply_reverse(self) -> None:
+        super().apply_reverse()
+        Recorded.seen.append(self.stats)
+
+
+@pytest.mark.timeout(600)
+def test_acoustic_gradient_is_decided_taping_free_and_bitwise(problem, monkeypatch) -> None:
+    solver, rec, u_saved, full_history = problem
+    monkeypatch.delenv("ASYNCCKPT_TAPING", raising=False)
+    monkeypatch.setattr(examples.wavesolver, "Revolver", Recorded)
+    grad, _ = solver.jacobian_adjoint(rec, u_saved, checkpointing=True)
+    assert np.array_equal(grad.data, full_history)
+    stats = Recorded.seen[-1]
+    assert stats.taping is False
+    assert stats.taping_reason == "the reverse reads u[t]; the checkpoint holds u[t-1], u[t]"
+
+
+@pytest.mark.timeout(600)
+def test_tti_and_viscoacoustic_are_decided_from_what_their_gradients_read(other_solver,
+                                                                          monkeypatch) -> None:
+    wavesolver, gradient, full_history = other_solver
+    monkeypatch.delenv("ASYNCCKPT_TAPING", raising=False)
+    visco = wavesolver.__name__.endswith("viscoacoustic.wavesolver")
+
+    class FewSlotsRecorded(Recorded):  # through Level-2, advancing inside intervals
+        def __init__(self, cp, fwd, rev, n_checkpoints, n_timesteps):
+            super().__init__(cp, fwd, rev, 3, n_timesteps, interval=5)
+
+    for revolver in (Recorded, FewSlotsRecorded):
+        monkeypatch.setattr(wavesolver, "Revolver", revolver)
+        assert np.array_equal(gradient(True), full_history), revolver
+        stats = Recorded.seen[-1]
+        assert stats.taping is visco, stats.taping_reason
+    if visco:  # its update grad + p.dt * pa.dt reads p[t+1]
+        assert stats.taping_reason.startswith("the reverse reads p[t+1], which the checkpoint")
+    else:
+        assert stats.taping_reason == ("the reverse reads u0[t], v0[t]; the checkpoint holds "
+                                       "u0[t-1], u0[t], v0[t-1], v0[t]")
+
+
+@pytest.mark.timeout(600)
+def test_a_reverse_of_your_own_reading_u_forward_stays_taped_and_is_pyrevolves() -> None:
+    """A gradient update reading u[t+1] (which the checkpoint of u_t does not hold): kept on
+    the taping protocol, and bit for bit pyrevolve's gradient of the same operators."""
+    pyrevolve = pytest.importorskip("pyrevolve")
+    from devito import Eq, Function, Operator, TimeFunction, solve
+    from devito.checkpointing import CheckpointOperator, DevitoCheckpoint
+    from examples.seismic import Model, RickerSource, TimeAxis
+
+    model = Model(vp=np.full((31, 31), 1.5, np.float32), origin=(0.0, 0.0),
+                  spacing=(10.0, 10.0), shape=(31, 31), space_order=4, nbl=6, bcs="damp")
+    time = TimeAxis(start=0.0, stop=300.0, step=model.critical_dt)
+    src = RickerSource(name="src", grid=model.grid, f0=0.01, time_range=time, npoint=1)
+    src.coordinates.data[:] = 150.0
+    u = TimeFunction(name="u", grid=model.grid, time_order=2, space_order=4)
+    v = TimeFunction(name="v", grid=model.grid, time_order=2, space_order=4)
+    grad = Function(name="grad", grid=model.grid)
+    pde = model.m * u.dt2 - u.laplace + model.damp * u.dt
+    forward = Operator([Eq(u.forward, solve(pde, u.forward))]
+                       + src.inject(field=u.forward, expr=src * model.critical_dt ** 2))
+    adjoint_pde = model.m * v.dt2 - v.laplace + model.damp * v.dt.T
+    reverse = Operator([Eq(v.backward, solve(adjoint_pde, v.backward)),
+                        Eq(grad, grad + u.forward * v + u * v.backward)]
+                       + src.inject(field=v.backward, expr=src * model.critical_dt ** 2))
+    nt = time.num - 2
+    results = []
+    for revolver in (pyrevolve.Revolver, Recorded):
+        for f in (u, v, grad):
+            f.data[:] = 0
+        cp = DevitoCheckpoint([u])
+        fwd = CheckpointOperator(forward, u=u, src=src, dt=model.critical_dt)
+        rev = CheckpointOperator(reverse, u=u, v=v, grad=grad, src=src, dt=model.critical_dt)
+        run = revolver(cp, fwd, rev, 5, nt)
+        run.apply_forward()
+        run.apply_reverse()
+        results.append(grad.data.copy())
+    assert np.abs(results[0]).max() > 0
+    assert np.array_equal(results[0], results[1])
+    stats = Recorded.seen[-1]
+    assert stats.taping is True
+    assert stats.taping_reason.startswith("the reverse reads u[t+1], which the checkpoint")

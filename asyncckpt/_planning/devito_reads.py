@@ -1,0 +1,124 @@
+"""What a Devito reverse operator reads of the fields a checkpoint holds, from its compiled
+expressions: the taping-free protocol is exact where every read of a checkpointed field falls on
+a time level the restored state holds, and the reverse writes none of them.
+
+Fields are matched by the memory the operators are bound to (a wavesolver's adjoint may name a
+field of its own as the forward names a checkpointed one), time levels by the buffer rows the
+checkpoint's own ``get_data`` hands out. Imports devito (only called for Devito's operators).
+"""
+from __future__ import annotations
+
+import ctypes
+from collections import defaultdict
+from typing import Any
+
+from .taping import Protocol
+
+__all__ = ["devito_protocol"]
+
+
+def devito_protocol(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Protocol:
+    """Taping-free where the reverse provably reads only what the restored state holds; taped,
+    with the reason, otherwise (and where anything cannot be read)."""
+    try:
+        return _decide(checkpoint, fwd_operator, rev_operator)
+    except Exception as exc:  # an operator this reading does not understand stays taped
+        return Protocol(True, f"the Devito operators could not be read ({exc!r:.120})")
+
+
+def _decide(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Protocol:
+    held = {_pointer(f): f for f in checkpoint.objects}
+    written = {_bound(fwd_operator).get(e.write.name) for e in _expressions(fwd_operator.op)
+               if e.write is not None}
+    bound = _bound(rev_operator)
+    reads: dict[str, set[int]] = defaultdict(set)
+    for expression in _expressions(rev_operator.op):
+        target = expression.write
+        if target is not None and bound.get(target.name) in held:
+            return Protocol(True, f"the reverse writes {target.name}, which the checkpoint holds")
+        for access in _accesses(expression.expr.rhs):
+            pointer = bound.get(access.function.name)
+            if pointer in held:
+                reads[held[pointer].name].add(_time_offset(access))
+            elif pointer in written and pointer is not None:
+                return Protocol(True, f"the reverse reads {access.function.name}, which the "
+                                      "forward writes and the checkpoint does not hold")
+    step = rev_operator.start_offset
+    described, missing = [], []
+    for field in checkpoint.objects:
+        levels = _held_levels(checkpoint, field, step)
+        offsets = sorted(reads.get(field.name, ()))
+        missing += [f"{field.name}{_at(k)}" for k in offsets if k not in levels]
+        described.append((field.name, offsets, levels))
+    read = ", ".join(f"{name}{_at(k)}" for name, offsets, _ in described for k in offsets)
+    holds = ", ".join(f"{name}{_at(k)}" for name, _, levels in described for k in sorted(levels))
+    if missing:
+        return Protocol(True, f"the reverse reads {', '.join(missing)}, which the checkpoint of "
+                              f"u_t does not hold (it holds {holds}): taped")
+    return Protocol(False, f"the reverse reads {read or 'none of its fields'}; the checkpoint "
+                           f"holds {holds}")
+
+
+def _expressions(op: Any) -> list[Any]:
+    """Every expression of ``op`` and of the functions it calls."""
+    from devito.ir.iet import Expression, FindNodes
+
+    roots = [op, *(getattr(f, "root", f) for f in getattr(op, "_func_table", {}).values())]
+    return [e for root in roots for e in FindNodes(Expression).visit(root)]
+
+
+def _accesses(expr: Any) -> list[Any]:
+    from devito.symbolics import retrieve_indexed
+
+    return [a for a in retrieve_indexed(expr) if getattr(a.function, "is_TimeFunction", False)]
+
+
+def _bound(operator: Any) -> dict[str, int]:
+    """The data address each of the operator's fields is bound to in its cached arguments."""
+    out = {}
+    for name, value in operator.args.items():
+        struct = getattr(value, "_obj", None)  # a field's dataobj; scalars and others have none
+        if struct is not None and "data" in dict(getattr(type(struct), "_fields_", ())):
+            out[name] = ctypes.cast(struct.data, ctypes.c_void_p).value
+    return out
+
+
+def _pointer(field: Any) -> int:
+    return int(field._data.ctypes.data)
+
+
+def _time_offset(access: Any) -> int:
+    """k of a read of f[time + k] (a buffered field's modulo dimension, or time itself)."""
+    index = access.indices[0]
+    origin = getattr(index, "origin", index)
+    parent = getattr(index, "parent", None)
+    symbols = list(origin.free_symbols)
+    base = parent if parent is not None and parent in symbols else symbols[0]
+    k = origin - base
+    if not k.is_Integer:
+        raise ValueError(f"time index {index} of {access.function.name}")
+    return int(k)
+
+
+def _held_levels(checkpoint: Any, field: Any, step: int) -> set[int]:
+    """The time levels of ``field``, relative to the reverse's time index, that the
+    checkpoint's ``get_data(t)`` holds (the same for every t)."""
+    data = field._data
+    rows = data.shape[0]
+    found: set[int] | None = None
+    for t in range(min(rows, 8)):  # every residue of a buffer; a few steps of a full history
+        rows_held = {(int(a.ctypes.data) - int(data.ctypes.data)) // data.strides[0]
+                     for a in checkpoint.get_data(t)
+                     if 0 <= int(a.ctypes.data) - int(data.ctypes.data) < data.nbytes}
+        relative = {_nearest((row - (t + step)) % rows, rows) for row in rows_held}
+        found = relative if found is None else found & relative
+    return found or set()
+
+
+def _nearest(residue: int, rows: int) -> int:
+    """The offset in (-rows/2, rows/2] with that residue: -1 rather than 2 in a buffer of 3."""
+    return residue - rows if residue > rows // 2 else residue
+
+
+def _at(k: int) -> str:
+    return "[t]" if k == 0 else f"[t{k:+d}]"
