@@ -136,8 +136,8 @@ class Revolver:
                 interval = 0  # pyrevolve's Revolver: Revolve in the slots it was given
             else:
                 interval = "auto"
-        if taping is None:
-            taping = taping_from_environment()  # else None: the checkpointer decides
+        if taping is None:  # checked now; the checkpointer reads it again, naming it as why
+            taping_from_environment()
         if "comm" not in options:
             options["comm"] = world_if_running()
         self.checkpoint = checkpoint
