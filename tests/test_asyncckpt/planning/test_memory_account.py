@@ -77,3 +77,44 @@ def test_states_just_above_huge_pages_stay_within_the_budget(interval: int | str
     report = accounted_run(60, 2 * MiB + 4096, interval=interval, memory_budget=budget,
                            storage=["dram", str(disk_dir)])
     growth_within(report, budget)
+
+
+@pytest.mark.parametrize("options", [
+    {"l1_slots": 4, "interval": 1},
+    {"l1_slots": 1, "staging_buffers": 4, "interval": 1},
+    {"l1_slots": 8, "interval": 0},
+])
+def test_slots_and_buffers_beyond_the_default_bound_are_refused(options: dict) -> None:
+    """storage=None, no memory_budget, the default bound 32 MiB, states of 8 MiB: the slots and
+    staging buffers asked for do not fit the bound's four buffers (``l1_slots=4`` grew the
+    peak by 65 MiB, ``staging_buffers=4`` by 57): refused, naming the numbers."""
+    report = accounted_run(40, 8 * MiB, {"ASYNCCKPT_MEMORY_BUDGET": "32MiB"}, **options)
+    assert "MemoryBudgetError" in report.get("error", ""), report
+    assert "ASYNCCKPT_MEMORY_BUDGET" in report["error"], report
+
+
+def test_many_staging_buffers_of_small_states_are_refused_under_the_default_bound() -> None:
+    """4 KiB states, a 16 MiB default bound and 20000 staging buffers grew the peak by
+    162 MiB: the engine's buffers alone pass the bound."""
+    report = accounted_run(40, 4096, {"ASYNCCKPT_MEMORY_BUDGET": "16MiB"}, l1_slots=2,
+                           interval=1, staging_buffers=20000)
+    assert "MemoryBudgetError" in report.get("error", ""), report
+    assert "staging_buffers=20000" in report["error"], report
+
+
+@pytest.mark.parametrize("interval", [1, "auto"])
+@pytest.mark.parametrize("tiers", ["dram", "dram+disk"])
+def test_dram_named_without_a_budget_is_bounded_by_the_default(interval: int | str, tiers: str,
+                                                                disk_dir: Path) -> None:
+    """``storage="dram"`` (alone, or first of tiers) with no memory_budget is the default
+    bound's as None is: 200 states of 2 MiB under a 24 MiB bound grew the peak by 409 MiB, and
+    ``["dram", disk]`` never spilled. The states beyond go to the temporary directory, or
+    the next tier."""
+    bound = 24 * MiB
+    storage = "dram" if tiers == "dram" else ["dram", str(disk_dir)]
+    report = accounted_run(200, 2 * MiB, {"ASYNCCKPT_MEMORY_BUDGET": str(bound),
+                                          "TMPDIR": str(disk_dir)},
+                           l1_slots=2, interval=interval, storage=storage)
+    growth_within(report, bound)
+    assert report["tiers"] == ["HostMemoryStorage", "FileStorage"], report
+    assert report["writes"][1] > 0, report  # it did spill
