@@ -61,10 +61,10 @@ class AsyncCheckpointer:
     storage : None, str, os.PathLike, Storage or list of those
         Level-2: None (host DRAM), a path (a :class:`~asyncckpt.storage.FileStorage` there), a
         Storage (which the checkpointer leaves open), or a list of those: tiers, fastest first.
-        None is bounded: without a budget, host memory holds at most
-        ``$ASYNCCKPT_MEMORY_BUDGET``, else a quarter of the memory available at construction
-        (slots, buffers and DRAM Level-2 together); states beyond spill to the temporary
-        directory.
+        None or "dram" (alone or a tier) without a budget: host memory holds at most
+        ``$ASYNCCKPT_MEMORY_BUDGET``, else a quarter of the memory available (slots and buffers
+        beyond it a MemoryBudgetError, DRAM Level-2 in the rest); states beyond spill to the
+        next tier, or to the temporary directory.
     memory_budget : int or str, optional
         The memory it may hold ("8GiB"), Level-1 and the in-memory tier of Level-2 together
         (the rest spills to the temporary directory); on a device, device memory.

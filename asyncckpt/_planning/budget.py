@@ -39,6 +39,13 @@ def default_bound(available: int | None = None) -> int:
     return int(MEMORY_SHARE * (available_memory() if available is None else available))
 
 
+def _bound_source() -> str:
+    """Where :func:`default_bound` takes its bytes from, for messages."""
+    if environment("ASYNCCKPT_MEMORY_BUDGET") is not None:
+        return "$ASYNCCKPT_MEMORY_BUDGET"
+    return f"{MEMORY_SHARE:.0%} of the available memory"
+
+
 @dataclass(frozen=True)
 class Budget:
     """A host memory budget of ``nbytes`` for states of ``state_nbytes`` (each buffer padded to
@@ -113,7 +120,9 @@ class MemoryPlan:
     is, for states on a device, how many Level-2 states ``host_memory_budget`` (or the default
     bound) leaves room for in page-locked host memory (None: unbounded); ``host_buffers``, on
     the host without a budget, how many state buffers the default bound holds for Level-1
-    slots, the engine and DRAM Level-2 together (None: unbounded)."""
+    slots, the engine and DRAM Level-2 together (None: unbounded); ``default_bound``, the
+    bytes of the default bound where it bounds the run (None: a budget given, or one the run
+    cannot reach); ``staging_buffers``, the option (for messages)."""
 
     nbytes: int
     n_timesteps: int | None
@@ -123,15 +132,17 @@ class MemoryPlan:
     host_states: int | None
     on_host: bool
     host_buffers: int | None = None
+    default_bound: int | None = None
+    staging_buffers: int = DEFAULT_STAGING_BUFFERS
 
     @classmethod
     def make(cls, nbytes: int, options: Any, *, on_host: bool, ranks: Any,
              default_storage: bool = False) -> "MemoryPlan":
         """The plan for states of ``nbytes`` bytes under a checkpointer's ``options`` (an
         :class:`~asyncckpt._planning.options.Options`); with an MPI job's ``ranks`` every budget
-        is the least of the ranks', so that all run one plan. ``default_storage``: Level-2 is
-        ``storage=None``'s host DRAM, which without a budget :func:`default_bound` bounds where
-        a run could reach it."""
+        is the least of the ranks', so that all run one plan. ``default_storage``: Level-2 is in
+        host DRAM by name (``storage=None``, ``"dram"``, or tiers with it), which without a
+        budget :func:`default_bound` bounds where a run could reach it."""
         memory_budget, host_memory_budget = options.memory_budget, options.host_memory_budget
         buffers = engine_buffers(options.staging_buffers, options.io_threads,
                                  options.codec is not None)
@@ -139,7 +150,7 @@ class MemoryPlan:
         if memory_budget is not None:
             budget = Budget(ranks.min(memory_budget), nbytes, buffers,
                             reserved=0 if on_host else DIGEST_WORD_BYTES * buffers)
-        host_states = host_buffers = None
+        host_states = host_buffers = bound = None
         if host_memory_budget is not None:
             if on_host:
                 raise InvalidValueError(
@@ -152,7 +163,8 @@ class MemoryPlan:
                     f"host_memory_budget={host} bytes cannot hold the {buffers} pinned "
                     f"staging and prefetch buffers of {padded(nbytes)} bytes")
         elif default_storage and (budget is None or not on_host):
-            held = ranks.min(default_bound()) // padded(nbytes)
+            bound = ranks.min(default_bound())
+            held = bound // padded(nbytes)
             # the most a run may hold in host memory: n states on Level-2 beside the buffers
             # (and on the host the slots); below the bound the DRAM tier needs no limit
             n, slots = options.n_timesteps, options.l1_slots if on_host else 0
@@ -161,8 +173,10 @@ class MemoryPlan:
                     host_buffers = held
                 else:
                     host_states = max(0, held - buffers)
+            else:
+                bound = None  # the run cannot reach it
         return cls(nbytes, options.n_timesteps, options.taping, buffers, budget, host_states,
-                   on_host, host_buffers)
+                   on_host, host_buffers, bound, options.staging_buffers)
 
     def split(self, fixed_slots: int | None, interval: int | str) -> tuple[int, bool]:
         """Level-1 slots, and whether the run needs no Level-2 (``interval=0`` asks for none;
@@ -178,6 +192,7 @@ class MemoryPlan:
                                         "states in Level-2")
             if budget is None:
                 assert fixed_slots is not None
+                self.check_default_bound(fixed_slots, True)
                 return fixed_slots, False
             if budget.max_slots_with_level2 < 1:
                 raise MemoryBudgetError(
@@ -191,7 +206,9 @@ class MemoryPlan:
         needed = max(1, n - (1 if self.taping else 0))
         if budget is None:
             assert fixed_slots is not None
-            return fixed_slots, alone or fixed_slots >= needed
+            level1_only = alone or fixed_slots >= needed
+            self.check_default_bound(fixed_slots, not level1_only)
+            return fixed_slots, level1_only
         if fixed_slots is not None:
             level1_only = alone or fixed_slots >= needed or budget.max_slots_with_level2 < 1
             budget.check_slots(fixed_slots, not level1_only)
@@ -201,6 +218,25 @@ class MemoryPlan:
         if budget.max_slots_with_level2 < 1:
             return min(budget.buffers, n), True  # Revolve in the budget's slots alone
         return max(1, min(guess, budget.max_slots_with_level2)), False
+
+    def check_default_bound(self, l1_slots: int, level2: bool) -> None:
+        """Raise unless ``l1_slots`` slots (with ``level2``, beside the engine's staging and
+        prefetch buffers) fit in the default bound, where it bounds host memory: the bound
+        is the account without a budget, whatever the options ask for."""
+        if self.budget is not None or self.host_buffers is None:
+            return
+        used = l1_slots if self.n_timesteps is None else min(l1_slots, self.n_timesteps)
+        need = used + (self.engine_buffers if level2 else 0)
+        if need <= self.host_buffers:
+            return
+        size = padded(self.nbytes)
+        beside = (f" and staging_buffers={self.staging_buffers} ({self.engine_buffers} staging "
+                  f"and prefetch buffers in all)" if level2 else "")
+        raise MemoryBudgetError(
+            f"l1_slots={l1_slots}{beside} need {need} buffers of {size} bytes ({need * size} "
+            f"bytes), but without memory_budget host memory holds at most the default bound of "
+            f"{self.default_bound} bytes ({_bound_source()}), {self.host_buffers} buffers: give "
+            "memory_budget, fewer slots or staging buffers, or storage on a disk")
 
     @property
     def bound_buffers(self) -> int | None:

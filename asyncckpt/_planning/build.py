@@ -20,7 +20,8 @@ from .._execution.meter import RunMeter
 from .._execution.ranks import Ranks
 from ..errors import UsageError
 from ..stats import Stats
-from ..storage import CompressedStorage, Storage, level2_spec, open_level2
+from ..storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
+                       open_level2)
 from .auto import AutoPlanner
 from .budget import MemoryPlan
 from .calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
@@ -86,11 +87,11 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         link, first, transfers = link_for(checkpoint, nbytes, dtype, options.transfers)
         level1 = Level1(nbytes, link)
         memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks,
-                                 default_storage=storage is None)
+                                 default_storage=names_host_memory(storage))
         slots, in_level1 = memory.split(options.l1_slots, options.interval)
         bounded = memory.bounds_level2(in_level1)
-        raw, owns = open_level2(ranks.storage_spec(level2_spec(storage, bounded)),
-                                link.device, bounded=bounded)
+        spec = level2_spec(storage, bounded, by_default=memory.default_bound is not None)
+        raw, owns = open_level2(ranks.storage_spec(spec), link.device, bounded=bounded)
         level2 = raw
         compressor = None
         if options.codec is not None and not in_level1:

@@ -12,11 +12,11 @@ import numpy as np
 from ..checkpointer import AsyncCheckpointer
 from ..compression import make_codec
 from ..errors import InvalidTypeError, InvalidValueError
-from ..planning import DEFAULT_STAGING_BUFFERS, check_int, engine_buffers
+from ..planning import DEFAULT_STAGING_BUFFERS, check_int, engine_buffers, state_bytes
 from .wire import shared_dtype
 
 __all__ = ["check_carry", "check_compression", "check_interval", "check_leaves", "check_options",
-           "check_returned", "engine_states"]
+           "check_returned", "engine_states", "least_budget"]
 
 #: AsyncCheckpointer's arguments that the scan sets itself
 _SET_BY_THE_SCAN = ("self", "checkpoint", "fwd_operator", "rev_operator", "n_timesteps",
@@ -114,3 +114,17 @@ def engine_states(options: dict[str, Any], compression: Any) -> int:
                         options.get("staging_buffers", DEFAULT_STAGING_BUFFERS), 1)
     io_threads = check_int("io_threads", options.get("io_threads", 1), 1)
     return engine_buffers(staging, io_threads, compression is not None)
+
+
+def least_budget(budget: int, carry_bytes: int, engine: int) -> int:
+    """The least of ``budget`` bytes the scan's checkpointer needs: a carry of ``carry_bytes``
+    beside its ``engine`` transfer buffers (with fewer it would run Revolve in Level-1, which
+    XLA, running the segments, cannot serve); a budget below it is refused, as numpy's
+    checkpointer refuses one below a state, so the checkpointer never gets more than it."""
+    least = (engine + 1) * state_bytes(carry_bytes)
+    if budget < least:
+        raise InvalidValueError(
+            f"memory_budget of {budget} bytes is too small for one carry of {carry_bytes} "
+            f"bytes ({state_bytes(carry_bytes)} with its page padding) and the checkpointer's "
+            f"{engine} staging and prefetch buffers: it needs {least} bytes at the least")
+    return least

@@ -16,7 +16,7 @@ from jax.experimental import io_callback
 from ..planning import default_budget, engine_buffers, parse_bytes, scan_length, state_bytes
 from . import wire
 from .checks import (check_carry, check_compression, check_interval, check_leaves, check_options,
-                     check_returned, engine_states)
+                     check_returned, engine_states, least_budget)
 from .host import RUNS, HostRun
 
 __all__ = ["Plan", "checkpoint_scan", "plan_scan"]
@@ -120,7 +120,8 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
     steps as the share's square over four carries' and residuals' bytes (a carry a step
     holds a share over two carries). A given interval recomputes where its steps' residuals
     do not fit that share. The checkpointer gets the rest of the budget, and at least a carry
-    more than ``engine_states`` (its transfer buffers; default :func:`engine_buffers`'s).
+    more than ``engine_states`` (its transfer buffers; default :func:`engine_buffers`'s): a
+    budget below that is refused (:func:`~asyncckpt.jax.checks.least_budget`).
     """
     budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
     share = int(SEGMENT_SHARE * budget)
@@ -157,10 +158,9 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
             length = min(wanted, share // stored)
             options.append((math.ceil(n / length) * segment_s, length, 0))
         _, chosen, chunk = min(options)
-    # the checkpointer's transfer buffers and its live state, at the least: with fewer it
-    # would run Revolve in Level-1, recomputing segments that XLA, not it, runs
-    engine = engine_buffers() if engine_states is None else engine_states
-    least = (engine + 1) * state_bytes(carry_bytes)
+    # the checkpointer's transfer buffers and its live state, at the least
+    least = least_budget(budget, carry_bytes,
+                         engine_buffers() if engine_states is None else engine_states)
     return chosen, chunk, max(budget - memory(chosen, chunk), least)
 
 

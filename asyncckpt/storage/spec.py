@@ -16,7 +16,8 @@ from .files import FileStorage
 from .memory import HostMemoryStorage, PinnedMemoryStorage
 from .tiered import TieredStorage
 
-__all__ = ["from_config", "level2_spec", "open_level2", "open_storage", "per_rank"]
+__all__ = ["from_config", "level2_spec", "names_host_memory", "open_level2", "open_storage",
+           "per_rank"]
 
 
 def _backends() -> dict[str, type[Storage]]:
@@ -141,10 +142,27 @@ def per_rank(storage: Any, rank: int) -> Any:
     return storage
 
 
-def level2_spec(storage: Any, bounded: bool) -> Any:
+def _is_dram(spec: Any) -> bool:
+    """Whether one tier's spec is host DRAM by name: None or "dram" (any case)."""
+    return spec is None or (isinstance(spec, str) and spec.strip().lower() == "dram")
+
+
+def names_host_memory(storage: Any) -> bool:
+    """Whether ``storage=`` puts Level-2 in host DRAM by name: None, "dram", or tiers of which
+    one is "dram" (the memory a default bound must cover where no budget is given)."""
+    if isinstance(storage, (list, tuple)):
+        return any(_is_dram(spec) for spec in storage)
+    return _is_dram(storage)
+
+
+def level2_spec(storage: Any, bounded: bool, *, by_default: bool = False) -> Any:
     """``storage=`` as given, or where a memory budget bounds Level-2 and none is given, host
-    DRAM up to the budget and the temporary directory beyond it."""
-    if bounded and storage is None:
+    DRAM up to the budget and the temporary directory beyond it. ``by_default``: the bound is
+    the default one (no budget was given), and DRAM named alone (``"dram"``) spills there
+    too: the user asked for no limit, the default bound sets one."""
+    alone = (_is_dram(storage) or (isinstance(storage, (list, tuple)) and bool(storage)
+                                   and all(_is_dram(spec) for spec in storage)))
+    if bounded and (storage is None or (by_default and alone)):
         return ["dram", tempfile.gettempdir()]
     return storage
 

@@ -225,7 +225,8 @@ def test_carries_go_through_level2_on_disk_within_the_budget(tmp_path) -> None:
 def test_a_codec_under_a_tight_budget_keeps_every_carry_on_level2() -> None:
     """A codec holds one more buffer per I/O thread: the plan once left the checkpointer's
     budget a buffer short, it fell back to Revolve in Level-1, advanced several segments in one
-    call and the forward's put waited for ever. Now the budget counts it (lossless: bitwise)."""
+    call and the forward's put waited for ever. Now the budget counts it (lossless: bitwise);
+    24 KiB is the least it takes, six buffers of a page."""
     def loss(scan, **kwargs):
         def f(c0):
             final, ys = scan(lambda c, x: (jnp.tanh(c + x), jnp.sum(c)), c0,
@@ -233,7 +234,7 @@ def test_a_codec_under_a_tight_budget_keeps_every_carry_on_level2() -> None:
             return jnp.sum(final) + jnp.sum(ys)
         return f
     pytest.importorskip("blosc2")
-    ours = jax.grad(loss(checkpoint_scan, interval=4, memory_budget="16KiB",
+    ours = jax.grad(loss(checkpoint_scan, interval=4, memory_budget="24KiB",
                          compression="lz4"))(jnp.zeros(300))
     assert np.asarray(ours).tobytes() == \
         np.asarray(jax.grad(loss(jax.lax.scan))(jnp.zeros(300))).tobytes()
@@ -386,7 +387,7 @@ def test_a_failing_level2_reaches_the_caller_and_leaves_no_thread_or_file(tmp_pa
 
     def loss(u0):
         final, _ = checkpoint_scan(lambda u, _: (jnp.sin(u) * 1.01, None), u0, length=50,
-                                   interval=5, storage=storage, memory_budget="64KiB")
+                                   interval=5, storage=storage, memory_budget="256KiB")
         return jnp.sum(final)
 
     with pytest.raises(Exception, match="TransferError|failed"):
@@ -394,3 +395,25 @@ def test_a_failing_level2_reaches_the_caller_and_leaves_no_thread_or_file(tmp_pa
     assert wait_no_threads() == []
     storage.close()
     assert not list((tmp_path / "failing").glob("*"))
+
+
+
+@pytest.mark.parametrize("budget", [16, 8192])
+def test_a_budget_below_one_carry_and_the_engines_buffers_is_refused(budget: int) -> None:
+    """A 64-byte carry under memory_budget="16" ran (the checkpointer was given more than the
+    budget: a carry and its transfer buffers at the least), where numpy refuses it with this
+    error; two carries' pages are refused too: the scan cannot run Revolve in Level-1 alone."""
+    from workloads import Forward, RecurrentCell, Reverse
+
+    from asyncckpt import AsyncCheckpointer
+
+    def f(c0):
+        return jnp.sum(checkpoint_scan(lambda c, _: (c * 1.01, None), c0, length=10,
+                                       memory_budget=str(budget))[0])
+    refused = f"memory_budget of {budget} bytes is too small for"
+    with pytest.raises(ValueError, match=refused):
+        jax.grad(f)(jnp.ones(8))
+    if budget < 4096:  # numpy's refusal, the same error
+        model = RecurrentCell(10)
+        with pytest.raises(ValueError, match=refused):
+            AsyncCheckpointer(model, Forward(model), Reverse(model), 10, memory_budget=budget)
