@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asyncckpt import (AsyncCheckpointer, FileStorage, HostMemoryStorage, TieredStorage,
-                       TransferError)
+from asyncckpt import (ArrayCheckpoint, AsyncCheckpointer, FileStorage, HostMemoryStorage,
+                       TieredStorage, TransferError)
+from asyncckpt.errors import InvalidTypeError, InvalidValueError
 from asyncckpt.compat import Revolver
 from workloads import Forward, RecurrentCell, Reverse, forward_reverse, store_all_reference
 
@@ -81,3 +82,75 @@ def test_a_put_that_damages_its_buffer_then_fails_is_never_stored_under_a_good_c
         assert (ckp.checkpointer if where == "compat" else ckp).stats.l2_failures >= 1
     for mine, want in zip(got, reference):
         assert mine.tobytes() == want.tobytes()
+
+
+class _Still:
+    """Operators that count their calls (and, forward, add one to the state in place)."""
+
+    updates_in_place = True
+
+    def __init__(self, arrays=()) -> None:
+        self.arrays, self.calls = arrays, 0
+
+    def apply(self, *, t_start: int, t_end: int) -> None:
+        self.calls += 1
+        for array in self.arrays:
+            array[...] = array + 1
+
+
+class _Descriptor:
+    def __init__(self, stored, restored) -> None:
+        self.stored, self.restored = stored, restored
+        self.size, self.dtype = sum(a.size for a in stored), stored[0].dtype
+
+    def get_data(self, t):
+        return self.stored
+
+    def get_data_location(self, t):
+        return self.restored
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+UNCOPYABLE = {
+    "object": (lambda: [np.array([1.0, 2.0], dtype=object), np.zeros(1, dtype=object)], None,
+               InvalidTypeError, r"dtype object .*cannot be copied as bytes"),
+    "object among floats": (lambda: [np.zeros(3), np.array([1.0, 2.0], dtype=object)], None,
+                            InvalidTypeError, r"get_data\(0\)\[1\] has dtype object"),
+    "read-only get_data": (lambda: [np.zeros(4), _read_only(np.zeros(4))], None,
+                           InvalidValueError, r"get_data\(0\)\[1\] is read-only"),
+    "read-only location": (lambda: [np.zeros(4)], lambda: [_read_only(np.zeros(4))],
+                           InvalidValueError, r"get_data_location\(\d+\)\[0\] is read-only"),
+}
+
+
+@pytest.mark.parametrize("case", UNCOPYABLE)
+@pytest.mark.parametrize("in_place", [False, True])
+def test_arrays_that_cannot_be_copied_as_bytes_or_written_back_are_refused_at_construction(
+        case: str, in_place: bool) -> None:
+    stored, restored, error, message = UNCOPYABLE[case]
+    arrays = stored()
+    descriptor = _Descriptor(arrays, arrays if restored is None else restored())
+    fwd, rev = _Still(arrays), _Still()
+    fwd.updates_in_place = in_place
+    with pytest.raises(error, match=message):
+        AsyncCheckpointer(descriptor, fwd, rev, 10, l1_slots=2, interval=3)
+    assert fwd.calls == rev.calls == 0
+    # pyrevolve's Revolver calls the descriptor as pyrevolve does: built on first use, it
+    # checks u_0's arrays before any operator call, and locations at their first load
+    with pytest.raises(error, match=message):
+        revolver = Revolver(descriptor, fwd, rev, 2, 10, interval=3)
+        revolver.apply_forward()
+        assert restored is not None and fwd.calls > 0
+        revolver.apply_reverse()
+    assert fwd.calls == rev.calls == 0 or restored is not None
+
+
+def test_an_array_checkpoint_refuses_object_and_read_only_arrays() -> None:
+    with pytest.raises(InvalidTypeError, match=r"arrays\[0\] has dtype object"):
+        ArrayCheckpoint([np.array([1, "a"], dtype=object)])
+    with pytest.raises(InvalidValueError, match=r"arrays\[1\] is read-only"):
+        ArrayCheckpoint([np.zeros(2), _read_only(np.zeros(2))])
