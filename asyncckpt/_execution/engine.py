@@ -85,8 +85,8 @@ class TransferEngine:
         # writes in flight, oldest first, and the same futures by key
         self._writes: deque[tuple[int, Outcome, np.ndarray]] = deque()
         self._writing: dict[int, Outcome] = {}
-        # checksums of the writes that completed (8 bytes per Level-2 state)
-        self._digests = KeyTable(np.uint64)
+        #: checksums of the writes that completed (8 bytes per Level-2 state): the replay check's
+        self.digests = self._digests = KeyTable(np.uint64)
         # bytes of each state on Level-2 (states may be smaller than ``nbytes``, the largest)
         self._sizes = KeyTable()
         # keys freed while their write was still in flight: deleted when it completes

@@ -12,9 +12,9 @@ import pytest
 
 from asyncckpt import (ArrayCheckpoint, AsyncCheckpointer, FileStorage, HostMemoryStorage,
                        TieredStorage, TransferError)
-from asyncckpt.errors import InvalidTypeError, InvalidValueError
+from asyncckpt.errors import InvalidTypeError, InvalidValueError, UsageError
 from asyncckpt.compat import Revolver
-from workloads import Forward, RecurrentCell, Reverse, forward_reverse, store_all_reference
+from workloads import Forward, RecurrentCell, Trace, Reverse, forward_reverse, store_all_reference
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -154,3 +154,86 @@ def test_an_array_checkpoint_refuses_object_and_read_only_arrays() -> None:
         ArrayCheckpoint([np.array([1, "a"], dtype=object)])
     with pytest.raises(InvalidValueError, match=r"arrays\[1\] is read-only"):
         ArrayCheckpoint([np.zeros(2), _read_only(np.zeros(2))])
+
+
+class Rebinding:
+    """a' = 0.9 a + 0.1 b * c, b' = b + 0.05 a^2, with c a coefficient array that never changes;
+    from step ``rebind_from`` on, the step binds ``self.b`` to a new array instead of writing
+    into it (None: never), and the adjoint reads ``self.b``."""
+
+    def __init__(self, n: int, arrays: int, rebind_from: int | None) -> None:
+        rng = np.random.default_rng(7)
+        self.n, self.rebind_from = n, rebind_from
+        self.a0, self.b0 = rng.standard_normal(6) * 0.5, rng.standard_normal(6) * 0.5
+        self.c = rng.standard_normal(6)
+        self.a, self.b = self.a0.copy(), self.b0.copy()
+        self.held = [self.a, self.b, self.c][:arrays]  # what the descriptor hands out
+        self.trace, self.scratch = Trace(), None
+        self.reset_adjoint()
+
+    size = property(lambda self: sum(x.size for x in self.held))
+    dtype = property(lambda self: self.a.dtype)
+
+    def get_data(self, t: int) -> list[np.ndarray]:
+        return self.held
+
+    get_data_location = get_data
+
+    def reset(self) -> None:
+        self.held[0][...], self.held[1][...] = self.a0, self.b0
+        self.a, self.b = self.held[0], self.held[1]
+        self.reset_adjoint()
+
+    def reset_adjoint(self) -> None:
+        self.lam_a, self.lam_b = np.ones(6), np.ones(6)
+
+    def step(self, t: int) -> None:
+        a_in, b_in = self.a.copy(), self.b.copy()
+        self.a[...] = 0.9 * a_in + 0.1 * b_in * self.c
+        if self.rebind_from is not None and t >= self.rebind_from:
+            self.b = b_in + 0.05 * a_in * a_in
+        else:
+            self.b[...] = b_in + 0.05 * a_in * a_in
+        self.scratch = t, a_in, b_in
+
+    def adjoint(self, t: int) -> None:
+        step, a_in, b_in = self.scratch
+        assert step == t
+        lam_a = 0.9 * self.lam_a + 0.1 * a_in * self.lam_b
+        self.lam_b = 0.1 * self.c * self.lam_a + self.lam_b
+        self.lam_a = lam_a
+
+    def gradients(self) -> list[np.ndarray]:
+        return [self.lam_a.copy(), self.lam_b.copy()]
+
+
+@pytest.mark.parametrize("arrays", [2, 3])
+@pytest.mark.parametrize("rebind_from", [0, 12, 25])
+@pytest.mark.parametrize("interval", [1, 4, "adaptive"])
+def test_an_operator_that_rebinds_one_array_of_the_state_is_caught_before_a_gradient(
+        arrays: int, rebind_from: int, interval) -> None:
+    model = Rebinding(N, arrays, rebind_from)
+    fwd = Forward(model)
+    fwd.updates_in_place = rebind_from > 0  # as the torch and JAX adapters declare
+    with AsyncCheckpointer(model, fwd, Reverse(model), N, l1_slots=SLOTS,
+                           interval=interval) as ckp:
+        with pytest.raises(UsageError, match="do not replay|exactly as they were"):
+            forward_reverse(model, ckp)
+
+
+@pytest.mark.parametrize("arrays", [2, 3])
+@pytest.mark.parametrize("interval", [1, 4, "auto", 0])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_state_with_an_array_that_never_changes_is_exact_and_not_refused(
+        arrays: int, interval, in_place: bool) -> None:
+    model = Rebinding(N, arrays, None)
+    reference = store_all_reference(model)
+    fwd = Forward(model)
+    fwd.updates_in_place = in_place
+    with AsyncCheckpointer(model, fwd, Reverse(model), N, l1_slots=SLOTS,
+                           interval=interval) as ckp:
+        for _ in range(2):  # a second run compares with its own forward sweep's checksums
+            got = forward_reverse(model, ckp)
+            for mine, want in zip(got, reference):
+                assert mine.tobytes() == want.tobytes()
+        assert ckp.stats.interval == 0 or ckp._parts.interpreter.replay.compared > 0
