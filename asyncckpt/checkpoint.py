@@ -10,7 +10,8 @@ import numpy as np
 from .devices.standin import StandInArray
 from .errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["Checkpoint", "ArrayCheckpoint", "as_dtype", "check_descriptor", "check_arrays"]
+__all__ = ["Checkpoint", "ArrayCheckpoint", "as_dtype", "check_descriptor", "check_arrays",
+           "check_copyable"]
 
 _REQUIRED = ("size", "dtype", "get_data", "get_data_location")
 
@@ -72,6 +73,7 @@ class ArrayCheckpoint(Checkpoint):
             if not isinstance(array, np.ndarray) and device_of([array]) is None:
                 raise InvalidTypeError(f"arrays[{i}] must be a numpy.ndarray or a device array, "
                                        f"got {type(array).__name__}")
+            check_copyable(array, f"arrays[{i}]")
         dtypes = {as_dtype(a.dtype) for a in arrays}
         if len(dtypes) != 1:
             raise InvalidTypeError(f"ArrayCheckpoint arrays must share one dtype, got {sorted(map(str, dtypes))}")
@@ -110,7 +112,7 @@ def check_descriptor(checkpoint: object) -> int:
     Raises
     ------
     TypeError
-        Naming what the descriptor lacks.
+        Naming what the descriptor lacks, or a dtype of Python objects.
     ValueError
         If its size is not a positive integer.
     """
@@ -128,10 +130,12 @@ def check_descriptor(checkpoint: object) -> int:
         raise InvalidValueError(f"checkpoint.size must be a positive int, got {size!r}")
     dtype = getattr(checkpoint, "dtype")
     try:
-        itemsize = as_dtype(dtype).itemsize
+        declared = as_dtype(dtype)
     except TypeError as exc:
         raise InvalidTypeError(f"checkpoint.dtype {dtype!r} is not a numpy dtype") from exc
-    return int(size) * itemsize
+    if declared.hasobject:
+        raise InvalidTypeError(f"checkpoint.dtype {declared} {_OBJECTS}")
+    return int(size) * declared.itemsize
 
 
 def as_dtype(dtype: Any) -> np.dtype:
@@ -139,6 +143,33 @@ def as_dtype(dtype: Any) -> np.dtype:
     if type(dtype).__module__.startswith("torch"):
         dtype = str(dtype).removeprefix("torch.")
     return np.dtype(dtype)
+
+
+_OBJECTS = ("holds Python object references, which cannot be copied as bytes: a state's "
+            "arrays need a fixed-size dtype (float64, int32, a structured dtype of those)")
+
+
+def check_copyable(array: Any, where: str) -> None:
+    """Raise unless the checkpointer can copy ``array`` (named ``where``) as bytes and write a
+    stored state back into it.
+
+    Raises
+    ------
+    TypeError
+        If its dtype holds Python objects (a byte copy would copy references, not values).
+    ValueError
+        If it is a read-only numpy array (a restored state could not be written into it, and
+        an operator updating it in place would fail mid-run).
+    """
+    dtype = getattr(array, "dtype", None)
+    if isinstance(dtype, np.dtype) and dtype.hasobject:
+        raise InvalidTypeError(f"{where} has dtype {dtype}, which {_OBJECTS}")
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
+        raise InvalidValueError(
+            f"{where} is read-only (flags.writeable is False): the checkpointer writes stored "
+            "states back into a state's arrays and the forward operator updates them in place; "
+            "give writable arrays (not a read-only view, np.broadcast_to or a frombuffer of "
+            "bytes)")
 
 
 def check_arrays(arrays: Any, nbytes: int, dtype: np.dtype, where: str, *,
@@ -152,9 +183,11 @@ def check_arrays(arrays: Any, nbytes: int, dtype: np.dtype, where: str, *,
     Raises
     ------
     TypeError
-        If they are not arrays of the descriptor's dtype where the state lives.
+        If they are not arrays of the descriptor's dtype where the state lives, or hold Python
+        objects.
     ValueError
-        If their total size differs from the descriptor's (exceeds it, unless ``exact``).
+        If their total size differs from the descriptor's (exceeds it, unless ``exact``), or
+        one is read-only.
     """
     if isinstance(arrays, np.ndarray) or (device is not None and device.owns(arrays)):
         raise InvalidTypeError(f"{where} must return a list of arrays, got a single array")
@@ -169,6 +202,7 @@ def check_arrays(arrays: Any, nbytes: int, dtype: np.dtype, where: str, *,
                                or isinstance(array, StandInArray)):
             raise InvalidTypeError(f"{where}[{i}] is a {type(array).__name__}, expected "
                                    "numpy.ndarray (u_0 is in host memory)")
+        check_copyable(array, f"{where}[{i}]")
         if array.dtype != dtype:
             raise InvalidTypeError(f"{where}[{i}] has dtype {array.dtype}, the checkpoint declares {dtype}")
         total += array.nbytes

@@ -78,16 +78,15 @@ class TransferEngine:
         #: this run's counts, read by the run's meter
         self.counters = TransferCounters()
         self.recovery = Recovery(on_error, repr(storage), self.counters)
-        self._transfers = Transfers(storage, link, verify, self.counters)
+        self._transfers = Transfers(storage, link, verify, self.counters, self.recovery.enabled)
         #: made for each run that uses Level-2 (see :class:`EngineBuffers`)
-        self.buffers = EngineBuffers(link, nbytes, staging_buffers, prefetch_buffers)
-        self._free_staging = self.buffers.free_staging
-        self._free_prefetch = self.buffers.free_prefetch
+        buffers = self.buffers = EngineBuffers(link, nbytes, staging_buffers, prefetch_buffers)
+        self._free_staging, self._free_prefetch = buffers.free_staging, buffers.free_prefetch
         # writes in flight, oldest first, and the same futures by key
         self._writes: deque[tuple[int, Outcome, np.ndarray]] = deque()
         self._writing: dict[int, Outcome] = {}
-        # checksums of the writes that completed (8 bytes per Level-2 state)
-        self._digests = KeyTable(np.uint64)
+        #: checksums of the writes that completed (8 bytes per Level-2 state): the replay check's
+        self.digests = self._digests = KeyTable(np.uint64)
         # bytes of each state on Level-2 (states may be smaller than ``nbytes``, the largest)
         self._sizes = KeyTable()
         # keys freed while their write was still in flight: deleted when it completes
@@ -160,7 +159,7 @@ class TransferEngine:
         staged = [buffer]
 
         def again() -> None:
-            digest, staged[0] = self._transfers.write(key, buffer, self._sizes[key])
+            digest, staged[0] = self._transfers.rewrite(key, buffer, self._sizes[key])
             self._digests[key] = digest
         return self.recovery.write_failed(key, exc, again), staged[0]
 
@@ -185,7 +184,7 @@ class TransferEngine:
         buffer = self._free_staging.pop()
         size = sum(a.nbytes for a in arrays)
         start = time.perf_counter()
-        ticket = self._link.send(arrays, buffer, size, self.verify)
+        ticket = self._link.send(arrays, buffer, size, self._transfers.digests)
         self.counters.copy_s += time.perf_counter() - start
         self.counters.copies += 1
         self._sizes[key] = size
@@ -367,7 +366,8 @@ class TransferEngine:
             else:
                 self._abandon("read", key, patience)
         for table in (self._writes, self._writing, self._reads, self._digests, self._sizes,
-                      self._doomed, self.recovery.lost, self.recovery.causes):
+                      self._doomed, self.recovery.lost, self.recovery.causes,
+                      self._transfers.staged):
             table.clear()
         self.counters.held = 0
         for key in written:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import xxhash
 
 from ..errors import UsageError
+from .replay import digest as _digest
 
 __all__ = ["InPlaceCheck"]
 
@@ -25,7 +25,8 @@ class InPlaceCheck:
     does within a few dozen steps) is not taken for rebound arrays. It costs one pass over the
     state before and one after, no call of the descriptor, and watches at most
     :attr:`WATCHED` calls, on host arrays only. A forward operator whose ``updates_in_place``
-    is true is not watched (its first steps may leave a state as it was)."""
+    is true is not watched (its first steps may leave a state as it was). Rebinding at a later
+    step, or of one array of several, is caught by :class:`~.replay.ReplayCheck`."""
 
     #: forward calls watched at most before the check gives up
     WATCHED = 8
@@ -70,9 +71,3 @@ class InPlaceCheck:
                 "these steps truly leave the state as it was, set updates_in_place = True on "
                 "the forward operator)")
 
-
-def _digest(arrays: Sequence[np.ndarray]) -> int:
-    hasher = xxhash.xxh3_64()
-    for array in arrays:
-        hasher.update(np.ascontiguousarray(array).view(np.uint8).reshape(-1).data)
-    return hasher.intdigest()

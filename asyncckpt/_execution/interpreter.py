@@ -28,6 +28,7 @@ from schedules.actions import Action
 
 from .engine import TransferEngine
 from .in_place import InPlaceCheck
+from .replay import ReplayCheck
 from .level1 import Level1
 from .ranks import Ranks, SoloRanks
 from .timing import CallFit
@@ -94,6 +95,8 @@ class Interpreter:
         self._expected = 0  # ... expected this sweep
         self.in_place = InPlaceCheck(self.link.device is None
                                      and not getattr(fwd_operator, "updates_in_place", False))
+        self.replay = ReplayCheck(self.link.device is None and engine.verify)
+        self._steady = True  # the descriptor has answered with the same arrays for every step
 
     def arrays(self, step: int, *, into: bool) -> list[np.ndarray]:
         """The descriptor's arrays for u_step (``get_data_location`` where ``into``, else
@@ -107,6 +110,7 @@ class Interpreter:
         self._known_step = step
         if not (isinstance(arrays, (list, tuple))
                 and list(map(id, arrays)) == self._returned_ids):
+            self._steady = self._steady and not self._returned_ids
             where = f"checkpoint.{method}({step})"
             adapted = (self.link.adapt(arrays) if isinstance(arrays, (list, tuple))
                        else arrays)
@@ -131,6 +135,7 @@ class Interpreter:
         calls = group.calls
         self._expected = self.expected_stores if until is EndForward else self._boundaries
         self._boundaries = 0
+        self.replay.begin()
         with limit:
             try:
                 self.run(actions, until, stats, fit, trace)
@@ -152,8 +157,9 @@ class Interpreter:
             stats: Stats, fit: CallFit, trace: list[Action] | None = None) -> None:
         """Execute ``actions`` up to and including the first of type ``until``, appending each
         to ``trace`` when given."""
-        engine, level1, group = self.engine, self.level1, self.group
+        engine, level1, group, replay = self.engine, self.level1, self.group, self.replay
         fwd, rev = self.fwd_operator, self.rev_operator
+        replaying = until is EndReverse and replay.enabled
         timer = self.link.timer(stats, fit)
         begin_call, end_call = timer.begin, timer.end
         for action in actions:
@@ -167,6 +173,9 @@ class Interpreter:
                     fwd.apply(t_start=begin, t_end=end)
                     end_call(mark, end - begin, begin)
                     stats.forward_steps += end - begin
+                    if replaying and self._steady:  # u_end's arrays are the last answer's
+                        replay.check(self._known, begin, end,
+                                     replay.expected(end, engine.digests.get(end)))
                 case Reverse(step=step):
                     mark = begin_call()
                     rev.apply(t_start=step, t_end=step + 1)
@@ -186,6 +195,7 @@ class Interpreter:
                     level1.free(step)
                 case Free(step=step):
                     if group.failure is None:
+                        replay.freeing(step, engine.digests.get(step))
                         engine.free(step)
                     self._boundary()
                 case Prefetch(step=step):
@@ -239,7 +249,9 @@ class Interpreter:
                 stats.forward_compute_s += time.perf_counter() - clock
                 stats.forward_steps += step - start
                 stats.recovery_steps += step - start
-                self.engine.recovered(step, self.arrays(step, into=False))
+                arrays = self.arrays(step, into=False)
+                self.replay.check(arrays, start, step, self.engine.digests.get(step))
+                self.engine.recovered(step, arrays)
                 return
         raise TransferError(f"u_{step} is lost on Level-2 {self.engine.storage!r} and no earlier "
                             "checkpoint can be read to recompute it") \

@@ -112,7 +112,9 @@ def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
     u_0's arrays, checked against ``nbytes`` and ``dtype``, and where Level-2 transfers run (on
     a device always in the background: inline, the caller would wait for every copy). u_0 may
     be smaller than ``nbytes``: states may differ in size, the descriptor's being the
-    largest."""
+    largest. u_0's locations (``get_data_location(0)``) are checked too, unless the descriptor's
+    ``locations_checked_in_run`` says to ask for none ahead of a load (pyrevolve's Revolver
+    asks as pyrevolve does): then at their first load."""
     first = checkpoint.get_data(0)
     device = device_of(first) if isinstance(first, (list, tuple)) else None
     if device is not None:
@@ -124,6 +126,13 @@ def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
         transfers = "background"
     first = check_arrays(first, nbytes, dtype, "checkpoint.get_data(0)", exact=False,
                          device=device)
+    if not getattr(checkpoint, "locations_checked_in_run", False):
+        # where u_0 is restored into, checked now: not first when a state is written back
+        locations = checkpoint.get_data_location(0)
+        if device is not None and isinstance(locations, (list, tuple)):
+            locations = device.adapt(locations)
+        check_arrays(locations, nbytes, dtype, "checkpoint.get_data_location(0)",
+                     exact=False, device=device)
     # a run of small states never asks whether to split a copy
     link: Link = (HostLink(split_copies=nbytes >= SPLIT_COPY_BYTES) if device is None
                   else DeviceLink(device))

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import as_dtype
+from ..checkpoint import as_dtype, check_copyable
 
 __all__ = ["DeclaredDtype", "Settling", "declared_dtype"]
 
@@ -22,6 +22,8 @@ def declared_dtype(checkpoint: Any, first: list[Any]) -> "DeclaredDtype | None":
         return None
     if not all(isinstance(a, np.ndarray) for a in first):
         return None
+    for i, array in enumerate(first):  # cast or not, a state's arrays are copied as bytes
+        check_copyable(array, f"checkpoint.get_data(0)[{i}]")
     held = sorted({str(a.dtype) for a in first if a.dtype != declared})
     if not held:
         return None
@@ -37,6 +39,9 @@ class DeclaredDtype:
     """``checkpoint`` with every state cast to ``dtype``: :meth:`get_data` gives cast copies,
     :meth:`get_data_location` arrays of ``dtype`` that :meth:`settle` casts into the live
     arrays (the operators call it first: see :class:`Settling`)."""
+
+    #: no location asked for ahead of a load (see :func:`asyncckpt._execution.link.link_for`)
+    locations_checked_in_run = True
 
     def __init__(self, checkpoint: Any, dtype: np.dtype) -> None:
         self.checkpoint = self.__wrapped__ = checkpoint  # what the taping decision reads
@@ -57,7 +62,8 @@ class DeclaredDtype:
     def get_data_location(self, timestep: int) -> list[np.ndarray]:
         self.settle()
         locations = []
-        for live in self.checkpoint.get_data_location(timestep):
+        for i, live in enumerate(self.checkpoint.get_data_location(timestep)):
+            check_copyable(live, f"checkpoint.get_data_location({timestep})[{i}]")
             if live.dtype == self.dtype:
                 locations.append(live)
             else:

@@ -242,6 +242,11 @@ class _FirstStateOnce:
     (nothing runs between them), so that ``get_data`` runs once per state stored, as in
     pyrevolve."""
 
+    #: get_data_location is called as pyrevolve calls it, never ahead of a load to check u_0's
+    #: locations (see :func:`asyncckpt._execution.link.link_for`): they are checked at their
+    #: first load, before a state is copied into them
+    locations_checked_in_run = True
+
     def __init__(self, checkpoint: Any) -> None:
         self._checkpoint = self.__wrapped__ = checkpoint  # what the taping decision reads
         self.size, self.dtype = checkpoint.size, checkpoint.dtype
