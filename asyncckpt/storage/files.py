@@ -205,8 +205,13 @@ class FileStorage(Storage):
             self._fallocate(count)
 
     def _fallocate(self, records: int) -> None:
+        # only the range beyond what is backed: from 0 every time, each growth walks the whole
+        # file (on tmpfs, every page of it), and a run of n puts costs O(n^2)
+        start, end = self._backed, records * self._record
+        if end <= start:
+            return
         try:
-            os.posix_fallocate(self._fd, 0, records * self._record)
+            os.posix_fallocate(self._fd, start, end - start)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise StorageFullError(

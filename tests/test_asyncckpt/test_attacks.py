@@ -1,0 +1,183 @@
+"""The attack suite: configurations nobody listed crossed with faults on every Storage method.
+
+Each example draws a workload (state size, arrays, dtype), a plan (interval, slots or budget,
+taping where the workload allows it), a Level-2 (DRAM, a disk directory, tmpfs, tiers with a
+small first tier, a codec) and a fault on one call of one Storage method: it raises, stalls
+past ``transfer_timeout``, returns a corrupted read, or damages the buffer it was handed and
+then raises. Every run must end in the store-all gradient bit for bit or a CheckpointError,
+within the deadline; the same checkpointer's next run, the fault spent, must be exact; and no
+thread is left behind but one a stalled call holds.
+
+Profiles: the CI one draws ``ASYNCCKPT_ATTACKS`` examples (default 60); the long one is the
+same test with ``ASYNCCKPT_ATTACKS=5000`` (docs/reliability.md quotes its last result).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from asyncckpt import AsyncCheckpointer, CheckpointError, FileStorage, HostMemoryStorage
+from asyncckpt.storage import TieredStorage, WrapperStorage
+
+from conftest import asyncckpt_threads
+from workloads import Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse, \
+    store_all_reference
+
+EXAMPLES = int(os.environ.get("ASYNCCKPT_ATTACKS", "60"))
+TIMEOUT_S = 1.0  # transfer_timeout of every run: a stall must surface within it + SLACK_S
+SLACK_S = 5.0
+METHODS = ("put", "get", "delete", "contains", "reserve")
+KINDS = ("raise", "stall", "corrupt", "damage")
+
+
+class Attacker(WrapperStorage):
+    """``inner``, with one fault on the ``at``-th call of ``method`` (``put`` covers the
+    staged path, ``adopt``, too)."""
+
+    def __init__(self, inner, method: str, kind: str, at: int) -> None:
+        super().__init__(inner)
+        self.method, self.kind, self.at = method, kind, at
+        self.calls = {m: 0 for m in METHODS}
+        self.fired = False
+        self.armed = True
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+
+    def _strike(self, method: str, buf: np.ndarray | None = None) -> bool:
+        """Whether this call is the one attacked (it then raises or stalls unless it is a
+        corruption of what a get returns, which the caller applies)."""
+        with self.lock:
+            self.calls[method] += 1
+            hit = (self.armed and not self.fired and method == self.method
+                   and self.calls[method] == self.at)
+            if hit:
+                self.fired = True
+        if not hit:
+            return False
+        if self.kind == "stall":
+            self.release.wait(30)  # released at the test's end: the thread then goes
+            raise OSError("the device stalled")
+        if self.kind == "damage" and buf is not None:
+            buf[: max(1, buf.nbytes // 7)] ^= np.uint8(0x5A)
+            raise OSError("the put failed after changing its input")
+        if self.kind == "corrupt" and method == "get":
+            return True
+        raise OSError(f"{method} failed")
+
+    def put(self, key, buf):
+        self._strike("put", buf.view(np.uint8).reshape(-1))
+        super().put(key, buf)
+
+    def adopt(self, key, buffer, nbytes):
+        self._strike("put", buffer.view(np.uint8).reshape(-1)[:nbytes])
+        return super().adopt(key, buffer, nbytes)
+
+    def get(self, key, out):
+        corrupt = self._strike("get")
+        super().get(key, out)
+        if corrupt:
+            out.view(np.uint8).reshape(-1)[out.nbytes // 3] ^= np.uint8(0x10)
+
+    def delete(self, key):
+        self._strike("delete")
+        super().delete(key)
+
+    def __contains__(self, key):
+        self._strike("contains")
+        return super().__contains__(key)
+
+    def reserve(self, nbytes, count):
+        self._strike("reserve")
+        super().reserve(nbytes, count)
+
+
+def _level2(kind: str, root: Path):
+    if kind == "dram":
+        return HostMemoryStorage()
+    if kind == "disk":
+        return FileStorage(root / "disk")
+    shm = Path("/dev/shm")
+    if kind == "tmpfs" and shm.is_dir() and os.access(shm, os.W_OK):
+        return FileStorage(shm)
+    # a small first tier (three states) in DRAM, the rest on the disk
+    return TieredStorage([HostMemoryStorage(), FileStorage(root / "tier")], [3, None])
+
+
+@st.composite
+def attacks(draw):
+    n = draw(st.integers(1, 40), label="n")
+    workload = draw(st.sampled_from(["cell", "cell32", "leapfrog"]), label="workload")
+    interval = draw(st.one_of(st.integers(0, n), st.sampled_from(["auto", "adaptive"])),
+                    label="interval")
+    plan = draw(st.sampled_from(["slots", "budget"]), label="plan")
+    return {
+        "n": n, "workload": workload, "interval": interval, "plan": plan,
+        "slots": draw(st.integers(1, 6), label="l1_slots"),
+        "taping": draw(st.booleans(), label="taping") if workload == "leapfrog" else True,
+        "level2": draw(st.sampled_from(["dram", "disk", "tmpfs", "tiers"]), label="level2"),
+        "on_error": draw(st.sampled_from(["raise", "recompute"]), label="on_level2_error"),
+        "method": draw(st.sampled_from(METHODS), label="method"),
+        "kind": draw(st.sampled_from(KINDS), label="kind"),
+        "at": draw(st.integers(1, 12), label="at"),
+    }
+
+
+def _model(config):
+    n = config["n"]
+    if config["workload"] == "leapfrog":
+        return Leapfrog(n)
+    return RecurrentCell(n, batch=4, hidden=9,
+                         dtype=np.float32 if config["workload"] == "cell32" else np.float64)
+
+
+def _exact(got, want) -> bool:
+    return all(a.tobytes() == b.tobytes() for a, b in zip(got, want))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize="CI" in os.environ,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(config=attacks())
+def test_every_attack_ends_exact_or_in_a_checkpoint_error_in_time(config, tmp_path_factory):
+    root = tmp_path_factory.mktemp("attack")
+    model = _model(config)
+    reference = store_all_reference(model)
+    storage = Attacker(_level2(config["level2"], root), config["method"], config["kind"],
+                       config["at"])
+    plan = ({"l1_slots": config["slots"]} if config["plan"] == "slots"
+            else {"memory_budget": (config["slots"] + 3) * 4 * model.size * 8})
+    if config["interval"] == 0 and config["plan"] == "budget":
+        plan["l1_slots"] = config["slots"]
+    ckp = None
+    try:
+        started = time.monotonic()
+        try:
+            ckp = AsyncCheckpointer(model, Forward(model), Reverse(model), config["n"],
+                                    interval=config["interval"], storage=storage,
+                                    taping=config["taping"], on_level2_error=config["on_error"],
+                                    transfer_timeout=TIMEOUT_S, **plan)
+            exact = _exact(forward_reverse(model, ckp), reference)
+            assert exact, f"a wrong gradient with no error: {config}"
+        except CheckpointError:
+            pass
+        elapsed = time.monotonic() - started
+        assert elapsed < TIMEOUT_S + SLACK_S + 10, f"{elapsed:.1f} s: {config}"
+        if ckp is not None:  # reused, the fault spent: as a fresh checkpointer's run
+            storage.armed = False
+            assert _exact(forward_reverse(model, ckp), reference), f"reuse: {config}"
+            ckp.close()
+    finally:
+        storage.release.set()
+        if ckp is not None:
+            ckp.close()
+        storage.close()
+    deadline = time.monotonic() + 5
+    while asyncckpt_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not asyncckpt_threads(), config
