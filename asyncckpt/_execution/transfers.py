@@ -2,7 +2,9 @@
 checksum, and read one back into a prefetch buffer, checked against it."""
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -15,23 +17,36 @@ from .recovery import LinkFailure
 
 __all__ = ["Transfers"]
 
+log = logging.getLogger(__name__)
+
 
 class Transfers:
     """One state's trip to Level-2 and back, on an I/O thread (or inline), timed into
-    ``counters``; ``verify``: checksums guard every state."""
+    ``counters``; ``verify``: checksums guard every state.
+
+    Every write and every delete of the engine goes through here, and so does the record of
+    what may be on Level-2 that no run accounts for: a key is forgotten only once a delete of
+    it succeeds or finds it gone, never because a call was made."""
 
     def __init__(self, storage: Storage, link: Link, verify: bool,
                  counters: TransferCounters) -> None:
         self.storage, self.link, self.verify, self.counters = storage, link, verify, counters
-        #: keys an abandoned run may have left on Level-2 (an interrupt between a write and its
-        #: record): the next write of one replaces what is there
+        #: keys that may be on Level-2 though no run accounts for them (a failed delete's, a
+        #: failed write's, an abandoned run's): :meth:`sweep` deletes them, and a write of one
+        #: replaces what is there
         self.stale: set[int] = set()
+        #: keys whose write was abandoned still running: it may land at any time, so a delete
+        #: that finds one gone does not forget it
+        self.landing: set[int] = set()
+        #: runs abandoned so far: a write handed over before the latest never replaces a key
+        self.epoch = 0
 
-    def write(self, key: int, buffer: np.ndarray, size: int,
-              ticket: object = None) -> tuple[int, np.ndarray]:
+    def write(self, key: int, buffer: np.ndarray, size: int, ticket: object = None,
+              epoch: int | None = None) -> tuple[int, np.ndarray]:
         """Write u_key (its first ``size`` bytes) from a staging buffer, once the link's
         ``ticket`` says it is there; return its checksum and the buffer to stage into next (the
-        same one, unless the backend adopted it and gave a spare in exchange)."""
+        same one, unless the backend adopted it and gave a spare in exchange). ``epoch``: the
+        :attr:`epoch` it was handed over in (None: now)."""
         linked, digest = 0.0, None
         if ticket is not None:
             try:
@@ -44,15 +59,65 @@ class Transfers:
         if digest is None:
             digest = self.link.checksum(view) if self.verify else 0
         try:
-            buffer = self.storage.put_staged(key, buffer, size)
+            buffer = self._put(key, buffer, size, epoch)
         except StorageKeyError:
-            if key not in self.stale:
-                raise
-            self.storage.delete(key)
-            buffer = self.storage.put_staged(key, buffer, size)
-        self.stale.discard(key)
+            raise
+        except BaseException:
+            self.stale.add(key)  # a failed put may have stored some of it
+            raise
+        # a stale key stays so until deleted: this may be an abandoned write landing late
         self.counters.busy(True, linked + time.perf_counter() - start)
         return digest, buffer
+
+    def _put(self, key: int, buffer: np.ndarray, size: int, epoch: int | None) -> np.ndarray:
+        """Store the staged u_key, replacing a copy no run accounts for (unless this write's
+        own run was abandoned since it was handed over: what is stored is a later run's)."""
+        try:
+            return self.storage.put_staged(key, buffer, size)
+        except StorageKeyError:
+            if ((key not in self.stale and key not in self.landing)
+                    or epoch not in (None, self.epoch)):
+                raise
+        try:
+            self.delete(key)
+        except StorageKeyError:
+            pass  # what refused the put is gone by now
+        return self.storage.put_staged(key, buffer, size)
+
+    def delete(self, key: int) -> None:
+        """Delete u_key from Level-2. A delete that fails leaves the key stale, for the next
+        :meth:`sweep` (or write of it) to delete; :class:`StorageKeyError` says it is gone."""
+        try:
+            self.storage.delete(key)
+        except StorageKeyError:
+            self.stale.discard(key)
+            raise
+        except BaseException:
+            self.stale.add(key)
+            raise
+        self.stale.discard(key)
+        self.landing.discard(key)
+
+    def abandon(self, keys: Iterable[int], in_flight: Iterable[int]) -> None:
+        """A run is abandoned: every key it may have written (``keys``) is stale, those whose
+        write is still running (``in_flight``) may land later; delete what is there."""
+        self.epoch += 1
+        self.stale.update(keys)
+        self.landing.update(in_flight)
+        self.sweep()
+
+    def sweep(self) -> None:
+        """Delete every stale key (before a run, and when one is abandoned), so that what the
+        next run writes finds Level-2 as a fresh checkpointer's would; one whose delete fails
+        again stays stale, logged."""
+        for key in sorted(self.stale | self.landing):
+            try:
+                self.delete(key)
+            except StorageKeyError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - tried again before the next run
+                log.warning("could not delete u_%d from %r (%r): it is tried again before the "
+                            "next run", key, self.storage, exc)
 
     def read(self, key: int, buffer: np.ndarray, size: int, digest: int | None,
              written: Outcome | None) -> None:

@@ -22,6 +22,8 @@ class TieredStorage(Storage):
     fewer than its capacity and byte limit and its device has not reported itself full: a put
     that a tier refuses with :class:`StorageFullError` goes on to the next tier, and that tier
     is passed over until it holds fewer states than it held then (or a new plan reserves).
+    A put that fails otherwise leaves its key in the tier where the tier still holds it, and a
+    key is forgotten only once its tier's delete succeeds: a failed call never hides a state.
 
     Parameters
     ----------
@@ -201,7 +203,8 @@ class TieredStorage(Storage):
                 full = exc
                 continue
             except BaseException:
-                self._unplace(key)
+                if not _holds(self.tiers[index], key):
+                    self._unplace(key)
                 raise
             self._count(index, True, time.perf_counter() - start, nbytes)
             return spare
@@ -233,10 +236,18 @@ class TieredStorage(Storage):
         self._count(index, False, time.perf_counter() - start)
 
     def delete(self, key: int) -> None:
+        """Delete ``key`` from its tier, and forget it once that succeeded (or the tier has it
+        no more): a failed delete leaves it stored, to be deleted again."""
         with self._lock:
-            if key not in self._tier_of:
-                raise StorageKeyError(f"TieredStorage.delete({key}): key not stored")
-        self.tiers[self._unplace(key)].delete(key)
+            index = self._tier_of.get(key)
+        if index is None:
+            raise StorageKeyError(f"TieredStorage.delete({key}): key not stored")
+        try:
+            self.tiers[index].delete(key)
+        except StorageKeyError:
+            self._unplace(key)
+            raise
+        self._unplace(key)
 
     def __contains__(self, key: object) -> bool:
         with self._lock:
@@ -275,3 +286,11 @@ class TieredStorage(Storage):
             if owned:
                 tier.close()
 
+
+def _holds(tier: Storage, key: int) -> bool:
+    """Whether ``tier`` holds ``key`` after a put of it failed (some of it may be stored); a
+    tier that cannot say is taken to hold it, for a delete to find out."""
+    try:
+        return key in tier
+    except Exception:  # noqa: BLE001 - the put's failure is the one to report
+        return True
