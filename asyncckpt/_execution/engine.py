@@ -165,7 +165,7 @@ class TransferEngine:
 
     def _delete(self, key: int) -> None:
         try:
-            self.storage.delete(key)
+            self._transfers.delete(key)
         except Exception as exc:
             if not self.recovery.delete_failed(key, exc):
                 raise self._fail("delete", key, exc) from exc
@@ -189,7 +189,8 @@ class TransferEngine:
         self.counters.copies += 1
         self._sizes[key] = size
         self.last_submit = time.perf_counter()
-        future = self._executor.submit(self._transfers.write, key, buffer, size, ticket)
+        future = self._executor.submit(self._transfers.write, key, buffer, size, ticket,
+                                       self._transfers.epoch)
         self._writes.append((key, future, buffer))
         self._writing[key] = future
         self.counters.stored(size)
@@ -350,16 +351,17 @@ class TransferEngine:
         patience = min(self.deadline_s, self.ABANDON_S)
         wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()],
                    patience)
-        # every key this run may have written: an interrupt can fall between a write and its record
-        written = set(self._digests) | set(self._sizes) | self._doomed
+        # every key this run may have written: an interrupt can fall between a write and its
+        # record; what a stalled write may still write comes later
+        written = [*self._digests, *self._sizes, *self._doomed, *(k for k, _, _ in self._writes)]
+        in_flight = []
         for key, future, buffer in self._writes:
             if not future.done():  # stalled: its thread keeps the buffer
+                in_flight.append(key)
                 self._abandon("write", key, patience)
                 continue
             failed = future.cancelled() or future.exception() is not None
             self._free_staging.append(buffer if failed else future.result()[1])
-            if not failed:
-                written.add(key)
         for key, (future, buffer) in self._reads.items():
             if future.done():
                 self._free_prefetch.append(buffer)
@@ -370,19 +372,17 @@ class TransferEngine:
                       self._transfers.staged):
             table.clear()
         self.counters.held = 0
-        for key in written:
-            try:
-                if key in self.storage:
-                    self.storage.delete(key)
-                else:  # its write may still land: the next write of it replaces it
-                    self._transfers.stale.add(key)
-            except Exception:  # noqa: BLE001 - best effort on an abandoned run
-                log.warning("could not delete u_%d from %r", key, self.storage, exc_info=True)
+        self._transfers.abandon(written, in_flight)
         self._broken = None
 
+    def sweep(self) -> None:
+        """Before a run: delete what earlier runs left on Level-2 (a state whose delete failed)
+        so that it begins as a fresh checkpointer's would."""
+        self._transfers.sweep()
+
     def _abandon(self, what: str, key: int, waited_s: float) -> None:
-        """Leave a stalled transfer to its thread (a write that lands later is replaced by the
-        next write of its key: see ``Transfers.stale``)."""
+        """Leave a stalled transfer to its thread (a write that lands later is deleted by a
+        sweep or replaced by the next write of its key: see ``Transfers.landing``)."""
         log.warning("abandoned the Level-2 %s of u_%d on %r: still running after %g s", what,
                     key, self.storage, waited_s)
 

@@ -210,6 +210,7 @@ class Runs:
               ) -> tuple[Stats, AsyncMultistage | OnlineMultistage | Revolve]:
         """A run begins: its measurements (zeroed) and its schedule."""
         planner, auto = self.planner, self.auto
+        self.engine.sweep()  # what an earlier run's failure left on Level-2 goes first
         self.ranks.settled = False  # a failure agreed on in an earlier run is over
         calls = self.ranks.calls
         n = planner.n_timesteps

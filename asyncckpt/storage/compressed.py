@@ -190,12 +190,16 @@ class CompressedStorage(WrapperStorage):
             self._count(decompress_s=time.perf_counter() - start, decoded=1)
 
     def delete(self, key: int) -> None:
+        """Delete ``key`` from the inner backend (where a failed put may have left it without a
+        record here too), then forget its record."""
+        try:
+            self.inner.delete(key)
+        except StorageKeyError as exc:
+            with self._lock:
+                self._records.pop(key, None)
+            raise StorageKeyError(f"CompressedStorage.delete({key}): key not stored") from exc
         with self._lock:
-            if key not in self._records:
-                raise StorageKeyError(f"CompressedStorage.delete({key}): key not stored")
-        self.inner.delete(key)
-        with self._lock:
-            del self._records[key]
+            self._records.pop(key, None)
 
     def __contains__(self, key: object) -> bool:
         with self._lock:

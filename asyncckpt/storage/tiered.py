@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -18,7 +18,12 @@ __all__ = ["TieredStorage"]
 
 class TieredStorage(Storage):
     """Level-2 in tiers, fastest first: a state goes to the first tier with room and stays
-    there until deleted; reads go to whichever tier holds it.
+    there until deleted; reads go to whichever tier holds it. A tier has room while it holds
+    fewer than its capacity and byte limit and its device has not reported itself full: a put
+    that a tier refuses with :class:`StorageFullError` goes on to the next tier, and that tier
+    is passed over until it holds fewer states than it held then (or a new plan reserves).
+    A put that fails otherwise leaves its key in the tier where the tier still holds it, and a
+    key is forgotten only once its tier's delete succeeds: a failed call never hides a state.
 
     Parameters
     ----------
@@ -56,6 +61,8 @@ class TieredStorage(Storage):
         self._tier_of, self._padded_of = KeyTable(np.int16), KeyTable()
         self._held = [0] * len(self.tiers)
         self._held_bytes = [0] * len(self.tiers)
+        # per tier, the states it held when its device refused one more (None: never refused)
+        self._full_at: list[int | None] = [None] * len(self.tiers)
         #: states written to and read from each tier, the seconds spent and the bytes written,
         #: since :meth:`reset_counters`
         self.writes = [0] * len(self.tiers)
@@ -141,6 +148,14 @@ class TieredStorage(Storage):
         if nbytes is not None:
             self._tiers[tier].shed(nbytes)
 
+    def _has_room(self, index: int, size: int) -> bool:
+        capacity, limit, full_at = (self.capacities[index], self.byte_limits[index],
+                                    self._full_at[index])
+        held = self._held[index]
+        return ((capacity is None or held < capacity)
+                and (limit is None or self._held_bytes[index] + size <= limit)
+                and (full_at is None or held < full_at))
+
     def _place(self, key: int, call: str, nbytes: int) -> int:
         size = padded(nbytes)
         with self._lock:
@@ -148,43 +163,59 @@ class TieredStorage(Storage):
                 raise StorageError(f"TieredStorage.{call}({key}): the storage is closed")
             if key in self._tier_of:
                 raise StorageKeyError(f"TieredStorage.{call}({key}): key already stored")
-            for index, (capacity, limit) in enumerate(zip(self.capacities, self.byte_limits)):
-                if ((capacity is None or self._held[index] < capacity)
-                        and (limit is None or self._held_bytes[index] + size <= limit)):
+            for index in range(len(self.tiers)):
+                if self._has_room(index, size):
                     self._held[index] += 1
                     self._held_bytes[index] += size
                     self._tier_of[key], self._padded_of[key] = index, size
                     return index
         raise StorageFullError(f"TieredStorage.{call}({key}): every tier is full "
                                f"({self._held} states of at most {self.capacities}, "
-                               f"{self._held_bytes} bytes of at most {self.byte_limits})")
+                               f"{self._held_bytes} bytes of at most {self.byte_limits}, "
+                               f"devices full at {self._full_at})")
 
-    def _unplace(self, key: int) -> int:
+    def _unplace(self, key: int, *, full: bool = False) -> int:
+        """Forget where ``key`` was placed; ``full``: because its tier's device is full, which
+        it is taken to be while it holds as many states as it does now."""
         with self._lock:
             index, size = self._tier_of.pop(key), self._padded_of.pop(key)
             self._held[index] -= 1
             self._held_bytes[index] -= size
+            if full:
+                self._full_at[index] = self._held[index]
             return index
 
+    def _store(self, key: int, call: str, nbytes: int,
+               write: Callable[[Storage], np.ndarray | None]) -> np.ndarray | None:
+        """``write`` u_key (``nbytes``) to the first tier with room, and to the next where that
+        one's device turns out full; the spare buffer ``write`` returns."""
+        full: StorageFullError | None = None
+        while True:
+            try:
+                index = self._place(key, call, nbytes)
+            except StorageFullError as exc:
+                raise exc from full
+            start = time.perf_counter()
+            try:
+                spare = write(self.tiers[index])
+            except StorageFullError as exc:
+                self._unplace(key, full=True)
+                full = exc
+                continue
+            except BaseException:
+                if not _holds(self.tiers[index], key):
+                    self._unplace(key)
+                raise
+            self._count(index, True, time.perf_counter() - start, nbytes)
+            return spare
+
     def put(self, key: int, buf: np.ndarray) -> None:
-        index = self._place(key, "put", buf.nbytes)
-        start = time.perf_counter()
-        try:
-            self.tiers[index].put(key, buf)
-        except BaseException:
-            self._unplace(key)
-            raise
-        self._count(index, True, time.perf_counter() - start, buf.nbytes)
+        self._store(key, "put", buf.nbytes, lambda tier: tier.put(key, buf))
 
     def adopt(self, key: int, buffer: np.ndarray, nbytes: int) -> np.ndarray:
-        index = self._place(key, "adopt", nbytes)
-        start = time.perf_counter()
-        try:
-            spare = self.tiers[index].put_staged(key, buffer, nbytes)
-        except BaseException:
-            self._unplace(key)
-            raise
-        self._count(index, True, time.perf_counter() - start, nbytes)
+        spare = self._store(key, "adopt", nbytes,
+                            lambda tier: tier.put_staged(key, buffer, nbytes))
+        assert spare is not None
         return spare
 
     def tier_of(self, key: int) -> int:
@@ -205,23 +236,41 @@ class TieredStorage(Storage):
         self._count(index, False, time.perf_counter() - start)
 
     def delete(self, key: int) -> None:
+        """Delete ``key`` from its tier, and forget it once that succeeded (or the tier has it
+        no more): a failed delete leaves it stored, to be deleted again."""
         with self._lock:
-            if key not in self._tier_of:
-                raise StorageKeyError(f"TieredStorage.delete({key}): key not stored")
-        self.tiers[self._unplace(key)].delete(key)
+            index = self._tier_of.get(key)
+        if index is None:
+            raise StorageKeyError(f"TieredStorage.delete({key}): key not stored")
+        try:
+            self.tiers[index].delete(key)
+        except StorageKeyError:
+            self._unplace(key)
+            raise
+        self._unplace(key)
 
     def __contains__(self, key: object) -> bool:
         with self._lock:
             return key in self._tier_of
 
     def reserve(self, nbytes: int, count: int) -> None:
-        """Reserve on each tier, in order, what its capacity lets it take of ``count``."""
-        for tier, capacity, limit in zip(self.tiers, self.capacities, self.byte_limits):
+        """Reserve on each tier, in order, what it can take of ``count``: its capacity, its
+        byte limit and, but for the last tier, the room its device has now bound its share;
+        the last tier takes the rest (its device raising :class:`StorageFullError` where that
+        does not fit)."""
+        with self._lock:
+            self._full_at = [None] * len(self.tiers)  # a new plan: every device asked anew
+        last = len(self.tiers) - 1
+        for index, (tier, capacity, limit) in enumerate(zip(self.tiers, self.capacities,
+                                                            self.byte_limits)):
             if count <= 0:
                 break
             share = count if capacity is None else min(count, capacity)
             if limit is not None:
                 share = min(share, limit // padded(nbytes))
+            room = tier.room_for(nbytes) if index < last else None
+            if room is not None:
+                share = min(share, room)
             if share:
                 tier.reserve(nbytes, share)
             count -= share
@@ -237,3 +286,11 @@ class TieredStorage(Storage):
             if owned:
                 tier.close()
 
+
+def _holds(tier: Storage, key: int) -> bool:
+    """Whether ``tier`` holds ``key`` after a put of it failed (some of it may be stored); a
+    tier that cannot say is taken to hold it, for a delete to find out."""
+    try:
+        return key in tier
+    except Exception:  # noqa: BLE001 - the put's failure is the one to report
+        return True
