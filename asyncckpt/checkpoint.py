@@ -54,9 +54,12 @@ class ArrayCheckpoint(Checkpoint):
     Parameters
     ----------
     arrays : sequence of arrays
-        The live arrays, of one dtype: numpy arrays, or arrays on one device (CuPy arrays,
-        torch CUDA tensors, the stand-in's). They are the same for every step; for states whose arrays
-        depend on t (a circular buffer of time levels), subclass :class:`Checkpoint` instead.
+        The live arrays: numpy arrays, or arrays of one dtype on one device (CuPy arrays,
+        torch CUDA tensors, the stand-in's). Numpy arrays of different dtypes (a float field
+        beside an integer step counter) are stored as their bytes, through views that share
+        their memory, so they must be contiguous; the descriptor's dtype is then uint8. They
+        are the same for every step; for states whose arrays depend on t (a circular buffer of
+        time levels), subclass :class:`Checkpoint` instead.
     """
 
     def __init__(self, arrays: Sequence[np.ndarray]) -> None:
@@ -75,8 +78,9 @@ class ArrayCheckpoint(Checkpoint):
                                        f"got {type(array).__name__}")
             check_copyable(array, f"arrays[{i}]")
         dtypes = {as_dtype(a.dtype) for a in arrays}
-        if len(dtypes) != 1:
-            raise InvalidTypeError(f"ArrayCheckpoint arrays must share one dtype, got {sorted(map(str, dtypes))}")
+        self._shown = arrays
+        if len(dtypes) > 1:  # stored as their bytes, through views that share their memory
+            arrays = [_bytes_of(a, f"arrays[{i}]", dtypes) for i, a in enumerate(arrays)]
         self._arrays = arrays
         self._dtype = as_dtype(arrays[0].dtype)
         self._size = sum(_elements(a) for a in arrays)
@@ -96,8 +100,29 @@ class ArrayCheckpoint(Checkpoint):
         return self._arrays
 
     def __repr__(self) -> str:
-        shapes = ", ".join(str(a.shape) for a in self._arrays)
-        return f"ArrayCheckpoint([{shapes}], dtype={self._dtype})"
+        shapes = ", ".join(f"{a.shape} {as_dtype(a.dtype)}" for a in self._shown)
+        return f"ArrayCheckpoint([{shapes}])"
+
+
+def _bytes_of(array: Any, name: str, dtypes: set[np.dtype]) -> np.ndarray:
+    """A contiguous host array as a flat view of its bytes (a state of several dtypes).
+
+    Raises
+    ------
+    InvalidTypeError
+        A device array, or one whose elements are not contiguous in memory.
+    """
+    if not isinstance(array, np.ndarray):
+        raise InvalidTypeError(
+            f"ArrayCheckpoint arrays of different dtypes ({', '.join(sorted(map(str, dtypes)))}) "
+            f"are stored as their bytes, which takes numpy arrays: {name} is a "
+            f"{type(array).__name__}; give device arrays of one dtype")
+    if not (array.flags.c_contiguous or array.flags.f_contiguous):
+        raise InvalidTypeError(
+            f"ArrayCheckpoint arrays of different dtypes are stored as their bytes, which takes "
+            f"contiguous arrays: {name} (shape {array.shape}, strides {array.strides}) is not; "
+            "pass np.ascontiguousarray(...) and keep that array as the live one")
+    return array.reshape(-1, order="A").view(np.uint8)
 
 
 def _elements(array: Any) -> int:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import asyncckpt
 import schedules
-from asyncckpt import AsyncCheckpointer, InvalidValueError
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, InvalidValueError
 
 from workloads import Forward, RecurrentCell, Reverse, forward_reverse
 
@@ -37,3 +38,60 @@ def test_errors_are_shown_as_asyncckpts():
 @pytest.mark.parametrize("package", [asyncckpt, schedules])
 def test_the_packages_carry_py_typed(package):
     assert (Path(package.__file__).parent / "py.typed").is_file()
+
+
+class Counted:
+    """A state of a float64 field, a float32 field and an int64 step counter, advanced in
+    place; its reverse records what it finds live (u_{t+1}, after its taping step)."""
+
+    def __init__(self) -> None:
+        self.p = np.linspace(0.0, 1.0, 50)
+        self.u = np.ones((4, 5), np.float32)
+        self.k = np.zeros(1, np.int64)
+        self.seen: dict[int, bytes] = {}
+
+    def reset(self) -> None:
+        self.p[:] = np.linspace(0.0, 1.0, 50)
+        self.u[:] = 1
+        self.k[:] = 0
+
+    def step(self) -> None:
+        self.p[:] = np.sin(self.p) + 0.01 * self.k[0]
+        self.u *= np.float32(1.01)
+        self.k += 1
+
+    def live(self) -> bytes:
+        return self.p.tobytes() + self.u.tobytes() + self.k.tobytes()
+
+
+def test_an_array_checkpoint_of_mixed_dtypes_restores_every_state_exactly():
+    state, n = Counted(), 40
+    plain = []
+    for _ in range(n):
+        state.step()
+        plain.append(state.live())
+
+    class Fwd:
+        def apply(self, *, t_start, t_end):
+            for _ in range(t_start, t_end):
+                state.step()
+
+    class Rev:
+        def apply(self, *, t_start, t_end):
+            state.seen[t_start] = state.live()
+
+    checkpoint = ArrayCheckpoint([state.p, state.u, state.k])
+    assert checkpoint.dtype == np.uint8 and checkpoint.size == 50 * 8 + 20 * 4 + 8
+    assert "int64" in repr(checkpoint)
+    state.reset()
+    with AsyncCheckpointer(checkpoint, Fwd(), Rev(), n, l1_slots=3, interval=7) as ckp:
+        ckp.apply_forward()
+        ckp.apply_reverse()
+    assert ckp.stats.l2_writes > 0
+    assert [state.seen[t] for t in range(n)] == plain
+
+
+def test_mixed_dtypes_that_cannot_be_viewed_as_bytes_are_named():
+    field = np.zeros((6, 6))[:, ::2]
+    with pytest.raises(TypeError, match=r"arrays\[0\] \(shape \(6, 3\).*is not"):
+        ArrayCheckpoint([field, np.zeros(1, np.int64)])
