@@ -2,18 +2,22 @@
 checksum, and read one back into a prefetch buffer, checked against it."""
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
 
 from ..errors import CorruptionError, StorageKeyError
 from ..storage import Storage
+from .bounded import BoundedCalls
 from .counters import TransferCounters
 from .futures import Outcome
 from .link import Link
 from .recovery import LinkFailure
 
 __all__ = ["Transfers"]
+
+log = logging.getLogger(__name__)
 
 
 class Transfers:
@@ -26,6 +30,17 @@ class Transfers:
         #: keys an abandoned run may have left on Level-2 (an interrupt between a write and its
         #: record): the next write of one replaces what is there
         self.stale: set[int] = set()
+
+    def forget(self, key: int, calls: BoundedCalls, until: float) -> None:
+        """Delete u_key, of an abandoned run, from Level-2 if it is there (through ``calls``, by
+        ``until``); else the next write of it replaces what its write may still leave."""
+        try:
+            if calls.call(f"lookup of u_{key}", self.storage.__contains__, key, until=until):
+                calls.call(f"delete of u_{key}", self.storage.delete, key, until=until)
+                return
+        except Exception:  # noqa: BLE001 - best effort on an abandoned run
+            log.warning("could not delete u_%d from %r", key, self.storage, exc_info=True)
+        self.stale.add(key)
 
     def write(self, key: int, buffer: np.ndarray, size: int,
               ticket: object = None) -> tuple[int, np.ndarray]:
