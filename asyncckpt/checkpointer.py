@@ -247,20 +247,17 @@ class AsyncCheckpointer:
         self._phase = "idle"
 
     def close(self) -> None:
-        """Stop the I/O threads and release Level-2 (delete its files); safe to call twice."""
+        """Stop the I/O threads and release Level-2 (delete its files); safe to call twice.
+        Returns within 2 s whatever Level-2 does: a transfer or call still running then (an
+        interrupted run's, a stalled device's) is left to its daemon thread, and logged."""
         if self._closed:
             return
         self._calls.check("close()")
         self._closed = self._calls.closed = True
         try:
-            if self._phase != "idle":
-                self._abandon_run()
+            self._parts.close(abandon=self._phase != "idle")
         finally:
-            try:
-                self._parts.engine.close()
-                self._parts.release()
-            finally:
-                self.ranks.free()
+            self.ranks.free()
 
     def drain(self) -> None:
         """Wait for every Level-2 transfer still under way (the forward sweep returns with its

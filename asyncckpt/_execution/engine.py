@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,10 +22,11 @@ from .._memory.keytable import KeyTable
 from ..errors import ScheduleError, TransferError
 from ..storage import Storage
 from .counters import TransferCounters
+from .bounded import ABANDON_S, BoundedCalls, Stalled, stalled
 from .engine_buffers import EngineBuffers
-from .futures import Completed, DaemonExecutor, InlineExecutor, Outcome, wait_awake
+from .futures import Completed, DaemonExecutor, Outcome
 from .link import HostLink, Link
-from .recovery import LinkFailure, Recovery
+from .recovery import Recovery
 from .transfers import Transfers
 
 log = logging.getLogger(__name__)
@@ -41,40 +43,30 @@ class TransferEngine:
         The Level-2 backend.
     nbytes : int
         Bytes in one state.
-    staging_buffers : int
-        Writes that may be in flight before a store waits.
-    prefetch_buffers : int
-        Level-2 states that may be held in Level-1 at once (prefetched or being read).
+    staging_buffers, prefetch_buffers : int
+        Writes in flight before a store waits; Level-2 states held in Level-1 at once.
     io_threads : int
-        Worker threads (named ``asyncckpt-io_N``); 0 runs every transfer inline on the caller's
-        thread, which is faster when a transfer costs less than waking a thread.
+        Worker threads (``asyncckpt-io_N``); 0 runs every transfer inline, through ``calls``
+        (faster where a transfer costs less than waking a thread).
     verify : bool
         Check every read against the checksum taken at write time.
     on_error : {"raise", "recompute"}
-        What a failed write, a failed read or a corrupted read does: raise on the caller's thread,
-        or mark the state lost so that the caller recomputes it (see :meth:`load`).
+        A failed or corrupted transfer raises on the caller's thread, or its state is lost and
+        the caller recomputes it (see :meth:`load`).
     link : Link
-        How states get from Level-1 into the staging buffers and from the prefetch buffers back
-        (host memory copies, or a device's streams); it makes those buffers.
-    deadline_s : float
-        The longest the caller waits for one transfer: past it the device is stalled, and the
-        caller gets a :class:`~asyncckpt.TransferError` (whatever ``on_error`` says: a stalled
-        transfer's thread and buffer are abandoned, not retried).
+        How states go from Level-1 to the staging buffers and from the prefetch buffers back
+        (host copies, or a device's streams); it makes those buffers.
+    calls : BoundedCalls, optional
+        The caller's Level-2 calls and waits, each within the deadline (default 60 s), else a
+        :class:`~asyncckpt.TransferError` whatever ``on_error`` says.
     """
-
-    #: How long :meth:`discard` and :meth:`close` wait for the transfers in flight after an
-    #: interrupt or a failure before they abandon them (and their threads and buffers)
-    ABANDON_S = 2.0
 
     def __init__(self, storage: Storage, nbytes: int, *, staging_buffers: int,
                  prefetch_buffers: int, io_threads: int, verify: bool, on_error: str = "raise",
-                 link: Link | None = None, deadline_s: float = 60.0) -> None:
-        self.storage = storage
-        self._link: Link = HostLink() if link is None else link
-        link = self._link
-        self.nbytes = nbytes
-        self.verify = verify
-        self.deadline_s = deadline_s
+                 link: Link | None = None, calls: BoundedCalls | None = None) -> None:
+        self.storage, self.nbytes, self.verify = storage, nbytes, verify
+        link = self._link = HostLink() if link is None else link
+        self.calls = BoundedCalls(storage, 60.0) if calls is None else calls
         #: this run's counts, read by the run's meter
         self.counters = TransferCounters()
         self.recovery = Recovery(on_error, repr(storage), self.counters)
@@ -92,35 +84,51 @@ class TransferEngine:
         # keys freed while their write was still in flight: deleted when it completes
         self._doomed: set[int] = set()
         self._reads: dict[int, tuple[Outcome, np.ndarray]] = {}
-        self._executor: DaemonExecutor | InlineExecutor = (
-            DaemonExecutor(io_threads, "asyncckpt-io") if io_threads > 0 else InlineExecutor())
+        # None: every transfer runs inline, through ``calls``
+        self._executor = DaemonExecutor(io_threads, "asyncckpt-io") if io_threads else None
         self._broken: BaseException | None = None
         self.last_submit = 0.0  # perf_counter() when the latest write was handed over
-
-    # -- main-thread side ----------------------------------------------------------------------
 
     @property
     def buffers_held(self) -> int:
         """Staging and prefetch buffers the engine holds now (free or in use)."""
         return self.buffers.free + len(self._writes) + len(self._reads)
 
-    def _read_now(self, key: int, buffer: np.ndarray) -> None:
-        """Read u_key into ``buffer`` on the caller's thread (a recovery's read)."""
-        self._transfers.read(key, buffer, self._sizes[key], self._digests.get(key),
-                             self._writing.get(key))
+    def _start(self, what: str, key: int, transfer: Callable[..., Any], *args: Any) -> Outcome:
+        """Run ``transfer`` (the ``what`` of u_key) on an I/O thread, or inline."""
+        if self._executor is None:
+            return self.calls.submit(transfer, f"{what} of u_{key}", key, *args)
+        return self._executor.submit(transfer, key, *args)
+
+    def _read_now(self, key: int, buffer: np.ndarray, failed: Callable[[Exception], None]
+                  ) -> bool:
+        """Read u_key into ``buffer`` for the caller (a recovery's read); whether it did. A
+        failure the policy survives goes to ``failed``; any other raises."""
+        try:
+            self.calls.call(f"read of u_{key}", self._transfers.read, key, buffer,
+                            self._sizes[key], self._digests.get(key), self._writing.get(key))
+        except Exception as exc:  # noqa: BLE001 - recompute policy: recompute instead
+            if not self.recovery.survives(exc):
+                raise self._fail("read", key, exc)
+            failed(exc)
+            return False
+        self.counters.reads += 1
+        return True
 
     def _fail(self, what: str, key: int, exc: BaseException) -> TransferError:
-        error = TransferError(f"{what} of u_{key} on Level-2 {self.storage!r} failed: {exc!r}")
-        error.__cause__ = exc
+        error = exc if isinstance(exc, Stalled) else TransferError(  # a stall names its call
+            f"{what} of u_{key} on Level-2 {self.storage!r} failed: {exc!r}")
+        if error is not exc:
+            error.__cause__ = exc
         self._broken = error
         return error
 
     def _await(self, futures: list[Outcome], what: str, key: int) -> None:
         """Wait for ``futures`` (the ``what`` of u_key) at most the deadline, else raise."""
-        if not wait_awake(futures, self.deadline_s):
-            raise self._fail(what, key, TimeoutError(
-                f"no answer within {self.deadline_s:g} s (transfer_timeout): the device is "
-                "stalled"))
+        try:
+            self.calls.wait(futures, f"{what} of u_{key}")
+        except Stalled as exc:
+            raise self._fail(what, key, exc)
 
     def check(self) -> None:
         """Reap finished writes; raise the first failure on the caller's thread."""
@@ -134,14 +142,14 @@ class TransferEngine:
         key, future, buffer = self._writes.popleft()
         del self._writing[key]
         exc = future.exception()
-        if (exc is not None and self.recovery.enabled and key not in self._doomed
-                and not isinstance(exc, LinkFailure)):
+        if exc is not None and self.recovery.survives(exc) and key not in self._doomed:
             exc, buffer = self._write_again(key, buffer, exc)
             if exc is None:
                 self._free_staging.append(buffer)
                 return
         if exc is not None:
-            self._free_staging.append(buffer)
+            if not stalled(future):  # a stalled write's thread keeps its buffer
+                self._free_staging.append(buffer)
             self._doomed.discard(key)
             raise self._fail("write", key, exc)
         digest, replacement = future.result()
@@ -159,16 +167,17 @@ class TransferEngine:
         staged = [buffer]
 
         def again() -> None:
-            digest, staged[0] = self._transfers.rewrite(key, buffer, self._sizes[key])
+            digest, staged[0] = self.calls.call(f"write of u_{key}", self._transfers.rewrite,
+                                                key, buffer, self._sizes[key])
             self._digests[key] = digest
         return self.recovery.write_failed(key, exc, again), staged[0]
 
     def _delete(self, key: int) -> None:
         try:
-            self._transfers.delete(key)
+            self._transfers.delete_within(key, self.calls)
         except Exception as exc:
             if not self.recovery.delete_failed(key, exc):
-                raise self._fail("delete", key, exc) from exc
+                raise self._fail("delete", key, exc)
 
     def store(self, key: int, arrays: Sequence[np.ndarray]) -> None:
         """Copy ``arrays`` (u_key) into a staging buffer and write it in the background."""
@@ -189,15 +198,14 @@ class TransferEngine:
         self.counters.copies += 1
         self._sizes[key] = size
         self.last_submit = time.perf_counter()
-        future = self._executor.submit(self._transfers.write, key, buffer, size, ticket,
-                                       self._transfers.epoch)
+        future = self._start("write", key, self._transfers.write, buffer, size, ticket,
+                             self._transfers.epoch)
         self._writes.append((key, future, buffer))
         self._writing[key] = future
         self.counters.stored(size)
 
     def writing_for(self) -> float | None:
-        """Seconds since the latest Level-2 write was handed over while it is still running
-        (None when no write is in flight): what ``interval="adaptive"`` waits on."""
+        """Seconds since the latest write was handed over, while it runs (None: none does)."""
         self.check()
         if not self._writes:
             return None
@@ -227,15 +235,14 @@ class TransferEngine:
         if key in self.recovery.lost:
             future = Completed(exception=TransferError(f"u_{key} was never written to Level-2"))
         else:
-            future = self._executor.submit(self._transfers.read, key, buffer, self._sizes[key],
-                                           self._digests.get(key), self._writing.get(key))
+            future = self._start("read", key, self._transfers.read, buffer, self._sizes[key],
+                                 self._digests.get(key), self._writing.get(key))
             self.counters.reads += 1
             self.counters.bytes_read += self._sizes[key]
         self._reads[key] = (future, buffer)
 
     def _arrived(self, key: int) -> bool:
-        """Wait for the prefetch of u_key; whether it holds a good copy. A failure raises, or
-        under the recompute policy is logged and counted."""
+        """Wait for u_key's prefetch; whether it holds a good copy (else raise, or count it)."""
         future, _ = self._reads[key]
         if not future.done():
             start = time.perf_counter()
@@ -244,7 +251,7 @@ class TransferEngine:
         exc = future.exception()
         if exc is None:
             return True
-        if not self.recovery.enabled:
+        if not self.recovery.survives(exc):
             raise self._fail("read", key, exc)
         self.recovery.read_failed(key, exc)
         return False
@@ -277,12 +284,9 @@ class TransferEngine:
         if key in self.recovery.lost:
             return False
         buffer = self._reads[via][1]
-        try:
-            self._read_now(key, buffer)
-        except Exception as exc:  # noqa: BLE001 - recompute policy: note it, look further back
-            self.recovery.read_failed(key, exc, f" while recomputing u_{via}")
-            return False
-        self.counters.reads += 1
+        if not self._read_now(key, buffer, lambda exc: self.recovery.read_failed(
+                key, exc, f" while recomputing u_{via}")):
+            return False  # noted: the caller looks further back
         self._link.deliver(buffer, arrays)
         return True
 
@@ -297,12 +301,9 @@ class TransferEngine:
         if key not in self._digests:
             return False
         buffer = self._reads[key][1]
-        try:
-            self._read_now(key, buffer)
-        except Exception as exc:  # noqa: BLE001 - recompute policy: recompute instead
-            log.warning("Level-2 read of u_%d on %r failed again (%r)", key, self.storage, exc)
-            return False
-        self.counters.reads += 1
+        if not self._read_now(key, buffer, lambda exc: log.warning(
+                "Level-2 read of u_%d on %r failed again (%r)", key, self.storage, exc)):
+            return False  # the caller recomputes it
         self.recovery.lost.discard(key)
         self._reads[key] = (Completed(), buffer)
         self._link.deliver(buffer, arrays)
@@ -343,58 +344,57 @@ class TransferEngine:
             self._await([future], "read", key)
         self.check()
 
-    def discard(self) -> None:
-        """Abandon the current run: wait for what is in flight (at most :data:`ABANDON_S`, then
-        abandon it), ignore its failures, delete every state this run wrote, and make the
-        engine usable again (the next run's ``buffers.equip()`` makes any buffer an interrupt
-        or a stalled transfer took)."""
-        patience = min(self.deadline_s, self.ABANDON_S)
-        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()],
-                   patience)
+    def _in_flight(self) -> list[Outcome]:
+        return [f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()]
+
+    def discard(self, until: float | None = None) -> None:
+        """Abandon the current run: wait for what is in flight and delete every state this run
+        wrote, until ``until`` (a :func:`time.monotonic`; default ``ABANDON_S`` from now),
+        then abandon what is left; ignore its failures, and make the engine usable again (the
+        next run's ``buffers.equip()`` makes any buffer an interrupt or a stall took)."""
+        until = time.monotonic() + ABANDON_S if until is None else until
+        self.calls.settle(self._in_flight(), until)
         # every key this run may have written: an interrupt can fall between a write and its
         # record; what a stalled write may still write comes later
         written = [*self._digests, *self._sizes, *self._doomed, *(k for k, _, _ in self._writes)]
         in_flight = []
         for key, future, buffer in self._writes:
-            if not future.done():  # stalled: its thread keeps the buffer
+            if stalled(future):  # its thread keeps the buffer
                 in_flight.append(key)
-                self._abandon("write", key, patience)
+                log.warning("abandoned the Level-2 write of u_%d: still running", key)
                 continue
             failed = future.cancelled() or future.exception() is not None
             self._free_staging.append(buffer if failed else future.result()[1])
         for key, (future, buffer) in self._reads.items():
-            if future.done():
-                self._free_prefetch.append(buffer)
+            if stalled(future):
+                log.warning("abandoned the Level-2 read of u_%d: still running", key)
             else:
-                self._abandon("read", key, patience)
+                self._free_prefetch.append(buffer)
         for table in (self._writes, self._writing, self._reads, self._digests, self._sizes,
                       self._doomed, self.recovery.lost, self.recovery.causes,
                       self._transfers.staged):
             table.clear()
         self.counters.held = 0
-        self._transfers.abandon(written, in_flight)
+        self._transfers.abandon(written, in_flight, self.calls, until)
         self._broken = None
 
     def sweep(self) -> None:
         """Before a run: delete what earlier runs left on Level-2 (a state whose delete failed)
         so that it begins as a fresh checkpointer's would."""
-        self._transfers.sweep()
+        self._transfers.sweep(self.calls)
 
-    def _abandon(self, what: str, key: int, waited_s: float) -> None:
-        """Leave a stalled transfer to its thread (a write that lands later is deleted by a
-        sweep or replaced by the next write of its key: see ``Transfers.landing``)."""
-        log.warning("abandoned the Level-2 %s of u_%d on %r: still running after %g s", what,
-                    key, self.storage, waited_s)
-
-    def close(self) -> None:
-        """Stop the worker threads (after the transfers in flight, at most the deadline; a
-        stalled one's thread is abandoned and logged) and give the idle staging and prefetch
-        buffers to the process's pool; safe to call twice."""
-        wait_awake([f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()],
-                   self.deadline_s)
-        stuck = self._executor.shutdown(timeout=self.ABANDON_S)
-        if stuck:
-            log.warning("abandoned the Level-2 threads %s of %r: a transfer never returned",
-                        ", ".join(stuck), self.storage)
+    def close(self, until: float | None = None) -> None:
+        """Stop the worker threads after the transfers in flight, waiting for them at most the
+        deadline or until ``until`` (a :func:`time.monotonic`), then abandoning them (logged),
+        and give the idle staging and prefetch buffers to the process's pool; safe to call
+        twice."""
+        self.calls.settle(self._in_flight(), until)
+        if self._executor is not None:
+            left = self.calls.deadline_s if until is None else until - time.monotonic()
+            stuck = self._executor.shutdown(timeout=max(0.0, left))
+            if stuck:
+                log.warning("abandoned the Level-2 threads %s of %r: a transfer never "
+                            "returned", ", ".join(stuck), self.storage)
+        self.calls.close(until)
         if not self._writes and not self._reads:
             self.buffers.release()

@@ -1,5 +1,5 @@
-"""What the transfer engine waits on: futures of transfers run inline, an executor that runs them
-so, and a wait that stays awake for signals."""
+"""What the transfer engine waits on: futures of transfers run inline, daemon worker threads,
+and a wait that stays awake for signals."""
 from __future__ import annotations
 
 import queue
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
 from typing import Any, Protocol
 
-__all__ = ["Completed", "DaemonExecutor", "InlineExecutor", "Outcome", "WAKE_S", "wait_awake"]
+__all__ = ["Completed", "DaemonExecutor", "Outcome", "WAKE_S", "wait_awake"]
 
 
 class Outcome(Protocol):
@@ -47,21 +47,6 @@ class Completed:
         if self._exception is not None:
             raise self._exception
         return self._result
-
-
-class InlineExecutor:
-    """The ``submit``/``shutdown`` of an executor, running each call at once on the caller's
-    thread, so the engine's logic is the same in both modes."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Completed:
-        try:
-            return Completed(fn(*args))
-        except Exception as exc:  # carried like a worker thread's failure
-            return Completed(exception=exc)
-
-    def shutdown(self, timeout: float | None = None) -> list[str]:
-        """Nothing runs in the background: nothing to stop, no thread left."""
-        return []
 
 
 #: Longest the caller's thread sleeps in one wait for a transfer. A signal (Ctrl-C) that the
@@ -108,13 +93,14 @@ class DaemonExecutor:
 
     def shutdown(self, timeout: float | None = None) -> list[str]:
         """Stop the threads once the work queued before is done, waiting at most ``timeout``
-        seconds for each; return the names of those still running (abandoned)."""
+        seconds for them all; return the names of those still running (abandoned)."""
         if not self._started:
             return []
         for _ in self._threads:
             self._queue.put(None)
+        end = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(None if end is None else max(0.0, end - time.monotonic()))
         return [thread.name for thread in self._threads if thread.is_alive()]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from .bounded import Stalled
 from .counters import TransferCounters
 
 __all__ = ["LinkFailure", "Recovery"]
@@ -40,18 +41,24 @@ class Recovery:
         #: the failure that lost each state (the cause of the error if it cannot be rebuilt)
         self.causes: dict[int, BaseException] = {}
 
+    def survives(self, exc: BaseException) -> bool:
+        """Whether the policy lives with the failure ``exc``: under "recompute" anything but a
+        stall (its thread is abandoned: the device would stall again) or a state that never
+        reached its staging buffer."""
+        return self.enabled and not isinstance(exc, (Stalled, LinkFailure))
+
     def write_failed(self, key: int, exc: BaseException,
                      write_again: Callable[[], None]) -> BaseException | None:
         """After a failed write of u_key: write it once more (``write_again``), and failing
         again, mark it lost. Returns the error to raise (only u_0's: nothing earlier can
-        rebuild it), else None."""
+        rebuild it, or a stall's), else None."""
         self.counters.failures += 1
         log.warning("Level-2 write of u_%d on %s failed (%r): writing it again", key,
                     self.where, exc)
         try:
             write_again()
         except Exception as again:  # noqa: BLE001 - recompute policy: the state is lost
-            if key == 0:
+            if key == 0 or isinstance(again, Stalled):
                 return again
             log.warning("Level-2 write of u_%d failed again (%r): it will be recomputed", key,
                         again)
@@ -71,6 +78,7 @@ class Recovery:
 
     def delete_failed(self, key: int, exc: BaseException) -> bool:
         """Whether a failed delete of u_key is survived (logged) rather than raised."""
-        if self.enabled:
+        if self.survives(exc):
             log.warning("Level-2 delete of u_%d on %s failed (%r)", key, self.where, exc)
-        return self.enabled
+            return True
+        return False

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import CorruptionError, StorageKeyError
 from ..storage import Storage
+from .bounded import BoundedCalls, Stalled
 from .counters import TransferCounters
 from .futures import Outcome
 from .link import Link
@@ -142,24 +143,37 @@ class Transfers:
         self.stale.discard(key)
         self.landing.discard(key)
 
-    def abandon(self, keys: Iterable[int], in_flight: Iterable[int]) -> None:
+    def delete_within(self, key: int, calls: BoundedCalls, until: float | None = None) -> None:
+        """:meth:`delete` within the deadline of ``calls`` (and by ``until``); one that stalls
+        leaves the key stale: it may yet delete it, or not."""
+        try:
+            calls.call(f"delete of u_{key}", self.delete, key, until=until)
+        except Stalled:
+            self.stale.add(key)
+            raise
+
+    def abandon(self, keys: Iterable[int], in_flight: Iterable[int], calls: BoundedCalls,
+                until: float | None = None) -> None:
         """A run is abandoned: every key it may have written (``keys``) is stale, those whose
-        write is still running (``in_flight``) may land later; delete what is there."""
+        write is still running (``in_flight``) may land later; delete what is there (through
+        ``calls``, by ``until``)."""
         self.epoch += 1
         self.stale.update(keys)
         self.landing.update(in_flight)
-        self.sweep()
+        self.sweep(calls, until)
 
-    def sweep(self) -> None:
-        """Delete every stale key (before a run, and when one is abandoned), so that what the
-        next run writes finds Level-2 as a fresh checkpointer's would; one whose delete fails
-        again stays stale, logged."""
+    def sweep(self, calls: BoundedCalls, until: float | None = None) -> None:
+        """Delete every stale key (before a run, and when one is abandoned), each within the
+        deadline of ``calls`` (and by ``until``), so that what the next run writes finds
+        Level-2 as a fresh checkpointer's would; one whose delete fails or stalls stays stale,
+        logged, for the next sweep or write of it."""
         for key in sorted(self.stale | self.landing):
             try:
-                self.delete(key)
+                self.delete_within(key, calls, until)
             except StorageKeyError:
                 pass
             except Exception as exc:  # noqa: BLE001 - tried again before the next run
+                self.stale.add(key)
                 log.warning("could not delete u_%d from %r (%r): it is tried again before the "
                             "next run", key, self.storage, exc)
 

@@ -4,6 +4,7 @@ interpreter, the meter and, where the model chooses the plan, the auto-planner; 
 :class:`Runs`, which hands the interpreter one schedule per run."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 
 from schedules import AsyncMultistage, OnlineMultistage, Revolve
 
+from .._execution.bounded import ABANDON_S, BoundedCalls
 from .._execution.decisions import RunDecisions
 from .._execution.engine import TransferEngine
 from .._execution.interpreter import Interpreter
@@ -41,6 +43,8 @@ class Parts:
     #: Level-2, and whether the checkpointer opened it (then it closes it too)
     storage: Storage
     owns_storage: bool
+    #: the one way the caller's thread calls Level-2: within the deadline
+    calls: BoundedCalls
     #: whether every run stays in Level-1 (no Level-2 transfers)
     in_level1: bool
     engine: TransferEngine
@@ -54,18 +58,41 @@ class Parts:
     transfer_costs: tuple[float, float] | None
     tier_costs: list[tuple[float, float]] | None
 
-    def release(self) -> None:
-        """Let go of the link, Level-2 where the checkpointer opened it, and Level-1."""
-        release(self.link, self.storage if self.owns_storage else None, self.level1)
+    def close(self, abandon: bool) -> None:
+        """Stop the engine, where ``abandon`` after abandoning the run under way, and
+        :meth:`release`, all within ``ABANDON_S``: each step by a time of its own, so that a
+        stall in one leaves the next its share (the last, Level-2's close, frees its files)."""
+        until = time.monotonic() + ABANDON_S
+        try:
+            if abandon:
+                self.engine.discard(until - ABANDON_S / 2)
+                self.level1.abandon()
+        finally:
+            try:
+                self.engine.close(until - ABANDON_S / 4)
+            finally:
+                self.release(until)
+
+    def release(self, until: float | None = None) -> None:
+        """Let go of the link, Level-2 where the checkpointer opened it (closed by ``until``, a
+        :func:`time.monotonic`, at the latest), and Level-1."""
+        release(self.link, self.storage if self.owns_storage else None, self.level1,
+                self.calls, until)
 
 
-def release(link: Link, storage: Storage | None, level1: Level1 | None) -> None:
-    """Close ``link`` and ``storage`` and give ``level1``'s slots back (where they were made),
-    each even if another fails."""
+def release(link: Link, storage: Storage | None, level1: Level1 | None,
+            calls: BoundedCalls | None, until: float | None = None) -> None:
+    """Close ``link`` and ``storage`` (through ``calls``, by ``until`` at the latest, where
+    ``calls`` are made) and give ``level1``'s slots back (where they were made), each even if
+    another fails."""
     with ExitStack() as stack:
         if level1 is not None:
             stack.callback(level1.release)
-        if storage is not None:
+        if calls is not None:
+            stack.callback(calls.close, until)
+        if storage is not None and calls is not None:
+            stack.callback(calls.call, "close", storage.close, until=until)
+        elif storage is not None:
             stack.callback(storage.close)
         stack.callback(link.close)
 
@@ -78,6 +105,7 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
     link: Link | None = None
     level1: Level1 | None = None
     opened: Storage | None = None  # Level-2, where opened here
+    calls: BoundedCalls | None = None
     try:
         if options.on_level2_error == "recompute" and ranks.size > 1:
             raise UsageError(
@@ -98,17 +126,19 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
             # the codec in front of all Level-2; it closes what it wraps where it was opened here
             level2 = compressor = CompressedStorage(raw, options.codec, close_inner=owns)
         opened = level2 if owns else None
+        # until the probe prices Level-2, the deadline is the one given, else the floor
+        calls = BoundedCalls(level2, transfer_deadline(options.transfer_timeout, None))
         return _assemble(options, memory, slots=slots, in_level1=in_level1, transfers=transfers,
                          storage=level2, raw=raw, compressor=compressor, owns_storage=owns,
-                         link=link, level1=level1, ranks=ranks, checkpoint=checkpoint,
-                         dtype=dtype, fwd=fwd, rev=rev, first=first)
+                         calls=calls, link=link, level1=level1, ranks=ranks,
+                         checkpoint=checkpoint, dtype=dtype, fwd=fwd, rev=rev, first=first)
     except BaseException as failure:
         try:
             ranks.fail(failure)  # the other ranks must not wait for this one
         finally:
             try:
                 if link is not None:
-                    release(link, opened, level1)
+                    release(link, opened, level1, calls)
             finally:
                 ranks.free()
         raise
@@ -116,16 +146,16 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
 
 def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bool,
               transfers: str, storage: Storage, raw: Storage,
-              compressor: CompressedStorage | None, owns_storage: bool, link: Link,
-              level1: Level1, ranks: Ranks, checkpoint: Any, dtype: Any, fwd: Any, rev: Any,
-              first: list[Any]) -> Parts:
+              compressor: CompressedStorage | None, owns_storage: bool, calls: BoundedCalls,
+              link: Link, level1: Level1, ranks: Ranks, checkpoint: Any, dtype: Any, fwd: Any,
+              rev: Any, first: list[Any]) -> Parts:
     """The parts that run schedules on ``storage`` (Level-2: ``raw``, behind ``compressor``
     where states are compressed), ``level1`` and ``ranks``.
     ``transfers`` is the option, "auto" decided here: inline where a write and a read of one
     state together cost less than waking a thread twice, on every rank alike. A codec runs on
     the I/O threads, never inline unless asked."""
     nbytes = memory.nbytes
-    planner = Planner(memory, storage, adaptive=options.adaptive, l1_slots=slots,
+    planner = Planner(memory, storage, calls, adaptive=options.adaptive, l1_slots=slots,
                       in_level1=in_level1)
     if in_level1:
         planner.level1_only()
@@ -135,20 +165,22 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
     tier_costs: list[tuple[float, float]] | None = None
     if not in_level1 and (owns_storage or options.tuned):
         # Level-2's own costs: the codec is priced on its own
-        transfer_costs, tier_costs = measure_level2(raw, nbytes, link)
+        transfer_costs, tier_costs = measure_level2(raw, nbytes, link, calls)
         if (tier_costs is not None or compressor is not None) and transfers == "auto":
             transfers = "background"
     if transfers == "auto":
-        cheap = ranks.all(transfer_costs is not None
+        # elsewhere than in asyncckpt's own DRAM, an inline transfer wakes a thread too (calls)
+        cheap = ranks.all(transfer_costs is not None and calls.inline
                           and sum(transfer_costs) < 2 * THREAD_HANDOFF_S)
         transfers = "inline" if cheap or in_level1 else "background"
+    calls.deadline_s = transfer_deadline(options.transfer_timeout, transfer_costs)
     engine = TransferEngine(
         storage, nbytes,
         staging_buffers=0 if in_level1 else options.staging_buffers,
         prefetch_buffers=0 if in_level1 else AsyncMultistage.prefetch_slots,
         io_threads=options.io_threads if transfers == "background" else 0,
         verify=options.verify, on_error=options.on_level2_error, link=link,
-        deadline_s=transfer_deadline(options.transfer_timeout, transfer_costs))
+        calls=calls)
     interpreter = Interpreter(checkpoint, nbytes, dtype, fwd, rev, engine, level1, ranks)
     meter = RunMeter(engine, level1, interpreter, storage, link)
     auto = None
@@ -175,8 +207,8 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
     runs = Runs(planner, auto, engine, interpreter, meter, ranks, taping=options.taping,
                 taping_reason=options.taping_reason,
                 device="host" if link.device is None else link.device.name)
-    return Parts(link, level1, memory, storage, owns_storage, in_level1, engine, interpreter,
-                 meter, runs, transfers, transfer_costs, tier_costs)
+    return Parts(link, level1, memory, storage, owns_storage, calls, in_level1, engine,
+                 interpreter, meter, runs, transfers, transfer_costs, tier_costs)
 
 
 #: A transfer's deadline where none is given: long enough for any healthy device under load

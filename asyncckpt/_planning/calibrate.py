@@ -11,6 +11,7 @@ import numpy as np
 
 from schedules.model import CodecCosts
 
+from .._execution.bounded import BoundedCalls
 from .._memory.buffers import aligned_buffer, padded
 from .._memory.pool import POOL
 from ..errors import CheckpointError, StorageFullError, TransferError
@@ -148,25 +149,26 @@ def probe_forward(fwd_operator: Any, n_timesteps: int,
     return lengths, seconds
 
 
-def measure_level2(storage: Storage, nbytes: int,
-                   link: Any) -> tuple[tuple[float, float], list[tuple[float, float]] | None]:
+def measure_level2(storage: Storage, nbytes: int, link: Any, calls: BoundedCalls
+                   ) -> tuple[tuple[float, float], list[tuple[float, float]] | None]:
     """(tw, tr) of one state through Level-2 and, for a tiered Level-2, through each tier,
     fastest first (Level-2's are then the first tier's); a device adds its copies to and from
-    page-locked memory (``link``) to every transfer."""
+    page-locked memory (``link``) to every transfer. Each probe is one call through ``calls``
+    (within the deadline), timed where it runs."""
     down, up = link.measure(nbytes)
     if storage.tiers is None:
-        tw, tr = _probed(storage, nbytes)
+        tw, tr = _probed(storage, nbytes, calls)
         return (tw + down, tr + up), None
-    tiers = [(tw + down, tr + up) for tw, tr in (_probed(tier, nbytes)
+    tiers = [(tw + down, tr + up) for tw, tr in (_probed(tier, nbytes, calls)
                                                  for tier in storage.tiers)]
     return tiers[0], tiers
 
 
-def _probed(storage: Storage, nbytes: int) -> tuple[float, float]:
+def _probed(storage: Storage, nbytes: int, calls: BoundedCalls) -> tuple[float, float]:
     """:func:`measure_transfer`, its device's failures a :class:`~asyncckpt.TransferError`
     that names the backend (a full device stays a ``StorageFullError``)."""
     try:
-        return measure_transfer(storage, nbytes)
+        return calls.call(f"the probe of {storage!r}", measure_transfer, storage, nbytes)
     except CheckpointError:
         raise
     except Exception as exc:

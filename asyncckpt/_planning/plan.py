@@ -8,6 +8,7 @@ from typing import Any
 
 from schedules import AsyncMultistage, OnlineMultistage, Revolve
 
+from .._execution.bounded import BoundedCalls
 from .._execution.decisions import RunDecisions
 from .budget import MemoryPlan
 from .._memory.buffers import padded
@@ -72,16 +73,18 @@ class Planner:
         The split of the memory budget.
     storage : Storage
         Level-2 (a tiered one when a budget bounds its DRAM tier).
+    calls : BoundedCalls
+        How Level-2 is called (within the deadline).
     adaptive : bool
         Whether each run decides its intervals (then its schedule is made per run).
     l1_slots, in_level1 : int, bool
         The first plan's slots, and whether every run stays in Level-1.
     """
 
-    def __init__(self, memory: MemoryPlan, storage: Storage, *, adaptive: bool, l1_slots: int,
-                 in_level1: bool) -> None:
+    def __init__(self, memory: MemoryPlan, storage: Storage, calls: BoundedCalls, *,
+                 adaptive: bool, l1_slots: int, in_level1: bool) -> None:
         self.memory = memory
-        self.storage = storage
+        self.storage, self.calls = storage, calls
         self.adaptive = adaptive
         self.in_level1 = in_level1
         self.n_timesteps = memory.n_timesteps
@@ -166,7 +169,8 @@ class Planner:
         if n is not None:
             l2_states = len(range(0, n, interval))
             self._check_room(interval, l2_states)
-            self.storage.reserve(self.memory.nbytes, l2_states)
+            self.calls.call(f"reserve of {l2_states} states", self.storage.reserve,
+                            self.memory.nbytes, l2_states)
         self.interval = interval
         self._planned = interval, self.l1_slots
         # an adaptive or online run's schedule is made per run, fed by that run
