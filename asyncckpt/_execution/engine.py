@@ -348,12 +348,13 @@ class TransferEngine:
         return [f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()]
 
     def discard(self, until: float | None = None) -> None:
-        """Abandon the current run: wait for what is in flight and delete every state this run
-        wrote, until ``until`` (a :func:`time.monotonic`; default ``ABANDON_S`` from now),
-        then abandon what is left; ignore its failures, and make the engine usable again (the
-        next run's ``buffers.equip()`` makes any buffer an interrupt or a stall took)."""
+        """Abandon the current run: wait for what is in flight and delete what it wrote until
+        ``until`` (default ``ABANDON_S`` from now), then abandon the rest, ignore its failures
+        and make the engine usable again, as a fresh one (``buffers.equip()`` and new threads)."""
         until = time.monotonic() + ABANDON_S if until is None else until
         self.calls.settle(self._in_flight(), until)
+        if self._executor is not None and any(map(stalled, self._in_flight())):
+            self._executor = self._executor.renewed()  # stuck threads serve no later run
         # every key this run may have written: an interrupt can fall between a write and its
         # record; what a stalled write may still write comes later
         written = [*self._digests, *self._sizes, *self._doomed, *(k for k, _, _ in self._writes)]
@@ -384,10 +385,9 @@ class TransferEngine:
         self._transfers.sweep(self.calls)
 
     def close(self, until: float | None = None) -> None:
-        """Stop the worker threads after the transfers in flight, waiting for them at most the
-        deadline or until ``until`` (a :func:`time.monotonic`), then abandoning them (logged),
-        and give the idle staging and prefetch buffers to the process's pool; safe to call
-        twice."""
+        """Stop the worker threads after the transfers in flight (waiting at most the deadline or
+        until ``until``, then abandoning them, logged) and give the idle staging and prefetch
+        buffers to the process's pool; safe to call twice."""
         self.calls.settle(self._in_flight(), until)
         if self._executor is not None:
             left = self.calls.deadline_s if until is None else until - time.monotonic()

@@ -75,6 +75,7 @@ class DaemonExecutor:
     the process. The threads hold no reference to the executor, and stop at a sentinel."""
 
     def __init__(self, workers: int, prefix: str) -> None:
+        self.workers, self.prefix = workers, prefix
         self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
                                        | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=_work, args=(self._queue,),
@@ -90,6 +91,12 @@ class DaemonExecutor:
         future: Future[Any] = Future()
         self._queue.put((future, fn, args))
         return future
+
+    def renewed(self) -> "DaemonExecutor":
+        """A fresh executor of as many threads, this one's left to what they run (a stalled
+        call's thread serves no later work: it ends when the call returns, if ever)."""
+        self.shutdown(timeout=0)
+        return DaemonExecutor(self.workers, self.prefix)
 
     def shutdown(self, timeout: float | None = None) -> list[str]:
         """Stop the threads once the work queued before is done, waiting at most ``timeout``

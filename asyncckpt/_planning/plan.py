@@ -13,7 +13,7 @@ from .._execution.decisions import RunDecisions
 from .budget import MemoryPlan
 from .._memory.buffers import padded
 from .._memory.pool import POOL
-from ..errors import MemoryBudgetError, StorageFullError
+from ..errors import CheckpointError, MemoryBudgetError, StorageFullError, TransferError
 from ..storage import Storage, memory_tier, tiers_of
 
 __all__ = ["Planner", "RunPlan", "UNDECIDED"]
@@ -169,8 +169,14 @@ class Planner:
         if n is not None:
             l2_states = len(range(0, n, interval))
             self._check_room(interval, l2_states)
-            self.calls.call(f"reserve of {l2_states} states", self.storage.reserve,
-                            self.memory.nbytes, l2_states)
+            try:
+                self.calls.call(f"reserve of {l2_states} states", self.storage.reserve,
+                                self.memory.nbytes, l2_states)
+            except CheckpointError:
+                raise
+            except Exception as exc:  # a device's own error, named as a failure of Level-2
+                raise TransferError(f"reserve of {l2_states} states of {self.memory.nbytes} "
+                                    f"bytes on Level-2 {self.storage!r} failed: {exc!r}") from exc
         self.interval = interval
         self._planned = interval, self.l1_slots
         # an adaptive or online run's schedule is made per run, fed by that run
