@@ -3,7 +3,6 @@ forward call ending at t + 1) or taping-free (each reverse call with u_t live, o
 fewer per reverse step), decided from what the reverse operator provably reads, never guessed."""
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +26,7 @@ class Protocol:
 def decide_taping(taping: object, checkpoint: Any, fwd_operator: Any,
                   rev_operator: Any) -> Protocol:
     """The protocol, as :func:`choose_protocol` decides it, logged at INFO."""
-    protocol = choose_protocol(taping, *(inspect.unwrap(x) for x in (
-        checkpoint, fwd_operator, rev_operator)))
+    protocol = choose_protocol(taping, *map(_unwrapped, (checkpoint, fwd_operator, rev_operator)))
     log.info("%s: %s", "taping" if protocol.taping else "taping-free", protocol.reason)
     return protocol
 
@@ -75,3 +73,15 @@ def _is_devito(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> bool:
     return (all(type(op).__module__.startswith("devito") for op in ops)
             and all(hasattr(op, "start_offset") for op in (fwd_operator, rev_operator))
             and isinstance(getattr(checkpoint, "objects", None), (list, tuple)))
+
+
+def _unwrapped(obj: Any) -> Any:
+    """What ``obj`` wraps, through the ``__wrapped__`` its instances set (as
+    :func:`functools.wraps` and compat's wrappers do): never through a ``__getattr__`` that
+    answers any name, at most 8 deep."""
+    for _ in range(8):
+        inner = getattr(obj, "__dict__", {}).get("__wrapped__")
+        if inner is None:
+            break
+        obj = inner
+    return obj
