@@ -2,14 +2,15 @@
 
 Each example draws a workload (state size, arrays, dtype), a plan (interval, slots or budget,
 taping where the workload allows it), a Level-2 (DRAM, a disk directory, tmpfs, tiers with a
-small first tier, a codec) and a fault on one call of one Storage method: it raises, stalls
+small first tier), the policy on a Level-2 failure, and a fault on one call of one Storage method: it raises, stalls
 past ``transfer_timeout``, returns a corrupted read, or damages the buffer it was handed and
 then raises. Every run must end in the store-all gradient bit for bit or a CheckpointError,
 within the deadline; the same checkpointer's next run, the fault spent, must be exact; and no
 thread is left behind but one a stalled call holds.
 
-Profiles: the CI one draws ``ASYNCCKPT_ATTACKS`` examples (default 60); the long one is the
-same test with ``ASYNCCKPT_ATTACKS=5000`` (docs/reliability.md quotes its last result).
+Profiles: CI draws 60 attacks; ``ASYNCCKPT_ATTACKS=N`` draws N (docs/reliability.md quotes the
+last long run), ``ASYNCCKPT_ATTACK_METHODS`` and ``ASYNCCKPT_ATTACK_KINDS`` (comma-separated)
+narrow them. No codec is drawn yet.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ PAGE = 4096  # a state's buffers are page-padded: a budget counts whole pages
 EXAMPLES = int(os.environ.get("ASYNCCKPT_ATTACKS", "60"))
 TIMEOUT_S = 1.0  # transfer_timeout of every run: a stall must surface within it + SLACK_S
 SLACK_S = 5.0
-METHODS = tuple(os.environ.get("ASYNCCKPT_ATTACK_METHODS", "put,get,delete,contains,reserve").split(","))
+METHODS = tuple(os.environ.get("ASYNCCKPT_ATTACK_METHODS",
+                               "put,get,delete,contains,reserve").split(","))
 KINDS = tuple(os.environ.get("ASYNCCKPT_ATTACK_KINDS", "raise,stall,corrupt,damage").split(","))
 
 
