@@ -2,9 +2,9 @@
 
 Each example draws a workload (state size, arrays, dtype), a plan (interval, slots or budget,
 taping where the workload allows it), a Level-2 (DRAM, a disk directory, tmpfs, tiers with a
-small first tier), the policy on a Level-2 failure, and a fault on one call of one Storage method: it raises, stalls
-past ``transfer_timeout``, returns a corrupted read, or damages the buffer it was handed and
-then raises. Every run must end in the store-all gradient bit for bit or a CheckpointError,
+small first tier), the policy on a Level-2 failure, and a fault on one call of one Storage
+method: it raises, stalls past ``transfer_timeout``, returns a corrupted read, or damages the
+buffer it was handed and then raises. Every run must end in the store-all gradient bit for bit or a CheckpointError,
 within the deadline; the same checkpointer's next run, the fault spent, must be exact; and no
 thread is left behind but one a stalled call holds.
 
@@ -163,7 +163,8 @@ def test_every_attack_ends_exact_or_in_a_checkpoint_error_in_time(config, tmp_pa
     storage = Attacker(_level2(config["level2"], root), config["method"], config["kind"],
                        config["at"])
     plan = ({"l1_slots": config["slots"]} if config["plan"] == "slots"
-            else {"memory_budget": (config["slots"] + 4) * PAGE * -(-model.size * np.dtype(model.dtype).itemsize // PAGE)})
+            else {"memory_budget": (config["slots"] + 4) * PAGE
+                  * -(-model.size * np.dtype(model.dtype).itemsize // PAGE)})
     if config["interval"] == 0 and config["plan"] == "budget":
         plan["l1_slots"] = config["slots"]
     ckp = None
