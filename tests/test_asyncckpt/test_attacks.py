@@ -4,9 +4,9 @@ Each example draws a workload (state size, arrays, dtype), a plan (interval, slo
 taping where the workload allows it), a Level-2 (DRAM, a disk directory, tmpfs, tiers with a
 small first tier), the policy on a Level-2 failure, and a fault on one call of one Storage
 method: it raises, stalls past ``transfer_timeout``, returns a corrupted read, or damages the
-buffer it was handed and then raises. Every run must end in the store-all gradient bit for bit or a CheckpointError,
-within the deadline; the same checkpointer's next run, the fault spent, must be exact; and no
-thread is left behind but one a stalled call holds.
+buffer it was handed and then raises. Every run must end in the store-all gradient bit for
+bit or a CheckpointError, within the deadline; the same checkpointer's next run, the fault
+spent, must be exact; and no thread is left behind but one a stalled call holds.
 
 Profiles: CI draws 60 attacks; ``ASYNCCKPT_ATTACKS=N`` draws N (docs/reliability.md quotes the
 last long run), ``ASYNCCKPT_ATTACK_METHODS`` and ``ASYNCCKPT_ATTACK_KINDS`` (comma-separated)
