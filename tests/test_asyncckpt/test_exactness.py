@@ -5,6 +5,7 @@ arrays, hidden state) is caught before a gradient returns."""
 from __future__ import annotations
 
 import errno
+import re
 from pathlib import Path
 
 import numpy as np
@@ -217,8 +218,17 @@ def test_an_operator_that_rebinds_one_array_of_the_state_is_caught_before_a_grad
     fwd.updates_in_place = rebind_from > 0  # as the torch and JAX adapters declare
     with AsyncCheckpointer(model, fwd, Reverse(model), N, l1_slots=SLOTS,
                            interval=interval) as ckp:
-        with pytest.raises(UsageError, match="do not replay|exactly as they were"):
-            forward_reverse(model, ckp)
+        try:
+            got = forward_reverse(model, ckp)
+        except UsageError as caught:
+            assert re.search("do not replay|exactly as they were", str(caught)), caught
+            return
+        # "adaptive" stretches its intervals while writes are slow (a loaded machine): a run
+        # of one interval recomputes no stored state, and nothing is compared there
+        # (docs/reliability.md says so)
+        assert interval == "adaptive" and len(ckp.stats.interval_starts) == 1, (
+            f"a wrong gradient with no error: {got}")
+        pytest.skip("adaptive ran one interval: no recomputed state to compare")
 
 
 @pytest.mark.parametrize("arrays", [2, 3])
