@@ -22,6 +22,7 @@ from asyncckpt._planning.options import parse_bytes
 from asyncckpt.checkpoint import check_descriptor
 from asyncckpt.storage import TieredStorage
 from schedules import simulate
+from budgeted import run_in_process
 from workloads import (Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse,
                        store_all_reference)
 
@@ -184,47 +185,9 @@ def test_budget_sizes_parse(text: object, nbytes: int) -> None:
     assert parse_bytes("memory_budget", text) == nbytes
 
 
-_BUDGETED_RUN = """
-import json, sys
-import numpy as np
-from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
-from experiments.lstm.worker import peak_rss_bytes, reset_peak_rss
-
-n, mib, options = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
-state = np.zeros(mib * 2**20 // 8)
-adjoint, scratch = np.zeros_like(state), np.zeros_like(state)
-for array in (state, adjoint, scratch):
-    array.fill(0.0)  # the caller's own arrays resident before the base: not the runtime's
-
-class Forward:
-    def apply(self, *, t_start, t_end):
-        for _ in range(t_start, t_end):
-            np.sin(state, out=state)
-            np.add(state, 1.0, out=state)
-
-class Reverse:
-    def apply(self, *, t_start, t_end):
-        np.add(adjoint, np.cos(state, out=scratch), out=adjoint)
-
-reset_peak_rss()  # from what the process holds now, not from the imports' transient peak
-base = peak_rss_bytes()
-with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, **options) as ckp:
-    ckp.apply_forward()
-    ckp.apply_reverse()
-    tiers = [type(tier).__name__ for tier in ckp.storage.tiers or [ckp.storage]]
-    writes = getattr(ckp.storage, "writes", None)
-print(json.dumps({"base": base, "peak": peak_rss_bytes(), "tiers": tiers, "writes": writes,
-                  "adjoint": float(adjoint.sum())}))
-"""
-
-
 def budgeted_run(n: int, mib: int, env: dict | None = None, **options) -> dict:
-    """What :data:`_BUDGETED_RUN` reports of a run of ``n`` states of ``mib`` MiB in a fresh
-    process, with ``options`` for the checkpointer and ``env`` added to its environment."""
-    from conftest import ROOT as root
-    done = subprocess.run([sys.executable, "-c", _BUDGETED_RUN, str(n), str(mib),
-                           json.dumps(options)], capture_output=True, text=True, cwd=root,
-                          timeout=300, env={**os.environ, **(env or {})})
+    """The report of :func:`budgeted.run_in_process` of ``n`` states of ``mib`` MiB."""
+    done = run_in_process(n, mib * 2**20, env, **options)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

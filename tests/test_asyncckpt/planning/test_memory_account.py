@@ -4,57 +4,19 @@ Each run is a fresh process whose peak resident memory is measured from a reset.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from budgeted import run_in_process
+
 MiB = 2**20
-
-_ACCOUNTED_RUN = """
-import json, sys
-import numpy as np
-from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
-from experiments.lstm.worker import peak_rss_bytes, reset_peak_rss
-
-n, nbytes, options = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
-state = np.zeros(nbytes // 8)
-adjoint, scratch = np.zeros_like(state), np.zeros_like(state)
-for array in (state, adjoint, scratch):
-    array.fill(0.0)  # the caller's own arrays resident before the base: not the runtime's
-
-class Forward:
-    def apply(self, *, t_start, t_end):
-        for _ in range(t_start, t_end):
-            np.sin(state, out=state)
-            np.add(state, 1.0, out=state)
-
-class Reverse:
-    def apply(self, *, t_start, t_end):
-        np.add(adjoint, np.cos(state, out=scratch), out=adjoint)
-
-reset_peak_rss()  # from what the process holds now, not from the imports' transient peak
-base = peak_rss_bytes()
-with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, **options) as ckp:
-    ckp.apply_forward()
-    ckp.apply_reverse()
-    tiers = [type(tier).__name__ for tier in ckp.storage.tiers or [ckp.storage]]
-    writes = getattr(ckp.storage, "writes", None)
-print(json.dumps({"base": base, "peak": peak_rss_bytes(), "tiers": tiers, "writes": writes,
-                  "adjoint": float(adjoint.sum())}))
-"""
 
 
 def accounted_run(n: int, nbytes: int, env: dict | None = None, **options) -> dict:
-    """What :data:`_ACCOUNTED_RUN` reports of a run of ``n`` states of ``nbytes`` bytes in a
-    fresh process, with ``options`` for the checkpointer and ``env`` added to its environment
-    (a child's error is returned under "error")."""
-    from conftest import ROOT as root
-    done = subprocess.run([sys.executable, "-c", _ACCOUNTED_RUN, str(n), str(nbytes),
-                           json.dumps(options)], capture_output=True, text=True, cwd=root,
-                          timeout=300, env={**os.environ, **(env or {})})
+    """The report of :func:`budgeted.run_in_process` of ``n`` states of ``nbytes`` bytes (a
+    child's error is returned under "error")."""
+    done = run_in_process(n, nbytes, env, **options)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])

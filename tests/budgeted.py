@@ -1,0 +1,54 @@
+"""A checkpointer's run in a process of its own, its peak resident memory measured from a
+reset once the caller's own arrays are resident: what the budget tests hold against a bound."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+_RUN = """
+import json, sys
+import numpy as np
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
+from experiments.lstm.worker import peak_rss_bytes, reset_peak_rss
+
+n, nbytes, options = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+state = np.zeros(nbytes // 8)
+adjoint, scratch = np.zeros_like(state), np.zeros_like(state)
+for array in (state, adjoint, scratch):
+    array.fill(0.0)  # the caller's own arrays resident before the base: not the runtime's
+
+class Forward:
+    def apply(self, *, t_start, t_end):
+        for _ in range(t_start, t_end):
+            np.sin(state, out=state)
+            np.add(state, 1.0, out=state)
+
+class Reverse:
+    def apply(self, *, t_start, t_end):
+        np.add(adjoint, np.cos(state, out=scratch), out=adjoint)
+
+reset_peak_rss()  # from what the process holds now, not from the imports' transient peak
+base = peak_rss_bytes()
+with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, **options) as ckp:
+    ckp.apply_forward()
+    ckp.apply_reverse()
+    tiers = [type(tier).__name__ for tier in ckp.storage.tiers or [ckp.storage]]
+    writes = getattr(ckp.storage, "writes", None)
+print(json.dumps({"base": base, "peak": peak_rss_bytes(), "tiers": tiers, "writes": writes,
+                  "adjoint": float(adjoint.sum())}))
+"""
+
+
+def run_in_process(n: int, nbytes: int, env: dict | None = None,
+                   **options) -> subprocess.CompletedProcess:
+    """A run of ``n`` states of ``nbytes`` bytes in a fresh process, with ``options`` for the
+    checkpointer and ``env`` added to its environment; its last line of stdout is a JSON
+    report of the base and peak resident bytes, the Level-2 tiers, their writes and the
+    adjoint."""
+    return subprocess.run([sys.executable, "-c", _RUN, str(n), str(nbytes),
+                           json.dumps(options)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300, env={**os.environ, **(env or {})})
