@@ -5,7 +5,8 @@ numba when one is first built).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ._errors import CheckpointError, InvalidTypeError, InvalidValueError, ScheduleError
 from .actions import (
@@ -26,8 +27,8 @@ from .online import Decisions, EveryInterval, OnlineMultistage, Replay
 from .revolve import Revolve, optimal_forward_steps
 from .validate import SimulationResult, simulate
 
-_BY_NAME = {"Revolve": Revolve, "AsyncMultistage": AsyncMultistage, "Chen": Chen,
-            "HRevolve": HRevolve}
+_BY_NAME: dict[str, Callable[..., Any]] = {
+    "Revolve": Revolve, "AsyncMultistage": AsyncMultistage, "Chen": Chen, "HRevolve": HRevolve}
 
 
 def from_config(config: Mapping[str, object]) -> Revolve | AsyncMultistage | Chen | HRevolve:
@@ -45,10 +46,12 @@ def from_config(config: Mapping[str, object]) -> Revolve | AsyncMultistage | Che
         raise InvalidValueError(f"config name {name!r} is not a schedule; expected one of "
                          f"{', '.join(sorted(_BY_NAME))}")
     arguments = {k: v for k, v in config.items() if k != "name"}
-    if name == "HRevolve" and isinstance(arguments.get("levels"), list):
+    levels = arguments.get("levels")
+    if name == "HRevolve" and isinstance(levels, list):
         arguments["levels"] = [Level(**level) if isinstance(level, Mapping) else level
-                               for level in arguments["levels"]]
-    return _BY_NAME[name](**arguments)  # type: ignore[arg-type]
+                               for level in levels]
+    return _BY_NAME[str(name)](**arguments)
+
 
 __all__ = [
     "Action",

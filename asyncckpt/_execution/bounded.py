@@ -30,7 +30,7 @@ ABANDON_S = 2.0
 CALLS = ("put", "adopt", "put_staged", "get", "delete", "__contains__", "reserve", "close")
 #: asyncckpt's own backends whose every call is a copy within this process's memory, and their
 #: calls as shipped (a patched method is a backend of someone else's)
-_OWN = {cls: {name: getattr(cls, name) for name in CALLS}
+_OWN: dict[type[Storage], dict[str, Any]] = {cls: {name: getattr(cls, name) for name in CALLS}
         for cls in (HostMemoryStorage, PinnedMemoryStorage, TieredStorage)}
 
 

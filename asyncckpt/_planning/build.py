@@ -265,7 +265,7 @@ class Runs:
         stats.interval = planner.interval
         stats.collectives = self.ranks.calls - calls
         online = planner.adaptive or n is None
-        self.interpreter.expected_stores = (0 if online or not planner.interval
+        self.interpreter.expected_stores = (0 if online or n is None or not planner.interval
                                             else -(-n // planner.interval))
         return stats, planner.schedule
 

@@ -75,11 +75,13 @@ def _accesses(expr: Any) -> list[Any]:
 
 def _bound(operator: Any) -> dict[str, int]:
     """The data address each of the operator's fields is bound to in its cached arguments."""
-    out = {}
+    out: dict[str, int] = {}
     for name, value in operator.args.items():
         struct = getattr(value, "_obj", None)  # a field's dataobj; scalars and others have none
         if struct is not None and "data" in dict(getattr(type(struct), "_fields_", ())):
-            out[name] = ctypes.cast(struct.data, ctypes.c_void_p).value
+            address = ctypes.cast(struct.data, ctypes.c_void_p).value
+            if address is not None:  # a field with no data yet is bound to nothing
+                out[name] = address
     return out
 
 

@@ -154,7 +154,7 @@ class IntervalTuner:
         residual, per_transfer = self.misses.of(busy, split)
         if residual:  # a forward step (and the one a taping reverse step makes) costs it
             tf, tb = max(tf + residual, tf / 2), max(tb + residual, tb / 2)
-        tx = max(tx + per_transfer, 0.0)
+        tx = max((tx or 0.0) + per_transfer, 0.0)
         tw, tr = self.tw, self.tr
         if compressed:
             codec = self._codec()

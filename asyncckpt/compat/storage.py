@@ -180,12 +180,12 @@ class DiskStorage(Storage):
             if self._file is not None:
                 self._file.seek(key * self.size_ckp * self.dtype.itemsize)
                 for array in flat:
-                    self._file.write(memoryview(array).cast("B"))
+                    self._file.write(array.data.cast("B"))
                 self._file.flush()
             else:
                 with open(self._path(key), "wb") as out:
                     for array in flat:
-                        out.write(memoryview(array).cast("B"))
+                        out.write(array.data.cast("B"))
         self._shapes[key] = [np.shape(array) for array in data_pointers]
 
     def load(self, key: int, locations: Sequence[np.ndarray]) -> None:

@@ -56,8 +56,8 @@ def check_interval(interval: Any) -> None:
 
 def check_returned(given: Any, returned: Any) -> None:
     """The carry ``step`` returns must be the one it was given: structure, shapes, dtypes."""
-    given_tree, returned_tree = (jax.tree_util.tree_structure(given),
-                                 jax.tree_util.tree_structure(returned))
+    given_tree: Any = jax.tree_util.tree_structure(given)
+    returned_tree: Any = jax.tree_util.tree_structure(returned)
     if given_tree != returned_tree:
         raise InvalidValueError(f"step returned a carry of structure {returned_tree}, it was "
                                 f"given {given_tree}")

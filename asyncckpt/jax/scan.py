@@ -386,7 +386,8 @@ def _backward(fn: Any, plan: Plan, saved: Any, cts: Any) -> Any:
     if plan.full:
         def back(acc: Any, inputs: Any) -> Any:
             s, xseg, ct_yseg = inputs
-            ct_c, ct_k, ct_xseg = reverse_segment(fetch(s), xseg, plan.interval, *acc, ct_yseg)
+            ct_c, ct_k, ct_xseg = reverse_segment(fetch(s), xseg, plan.interval, acc[0], acc[1],
+                                                  ct_yseg)
             return (ct_c, ct_k), ct_xseg
         (ct_c, ct_k), ct_x_main = lax.scan(back, (ct_c, ct_k),
                                            (jnp.arange(plan.full), xs_main, ct_main),

@@ -147,7 +147,7 @@ class CompressedStorage(WrapperStorage):
         packed = 0 if encoded is None else len(memoryview(encoded).cast("B"))
         granule = -(-max(1, buf.nbytes // SIZE_CLASSES) // 64) * 64
         size = -(-packed // granule) * granule
-        if 0 < size < buf.nbytes:
+        if encoded is not None and 0 < size < buf.nbytes:
             stored = self._aligned(size)
             np.copyto(stored[:packed], np.frombuffer(encoded, np.uint8))
             stored[packed:] = 0

@@ -169,9 +169,9 @@ class ScanRun:
                     seeds.append(total)
             wrt = [*inputs, *(leaf for leaves in x_leaves for leaf in leaves), *self.params]
             wanted = [leaf for leaf in wrt if leaf.requires_grad]
-            grads = iter(torch.autograd.grad(outputs, wanted, seeds, allow_unused=True)
+            found = iter(torch.autograd.grad(outputs, wanted, seeds, allow_unused=True)
                          if outputs and wanted else [None] * len(wanted))
-            got = [next(grads) if leaf.requires_grad else None for leaf in wrt]
+            got = [next(found) if leaf.requires_grad else None for leaf in wrt]
         nc, nx = len(inputs), len(self.xs)
         self.adjoint = got[:nc]
         for i, t in enumerate(range(begin, end)):
