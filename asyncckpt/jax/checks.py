@@ -13,10 +13,11 @@ from ..checkpointer import AsyncCheckpointer
 from ..compression import make_codec
 from ..errors import InvalidTypeError, InvalidValueError
 from ..planning import DEFAULT_STAGING_BUFFERS, check_int, engine_buffers, state_bytes
+from ..storage import open_storage
 from .wire import shared_dtype
 
 __all__ = ["check_carry", "check_compression", "check_interval", "check_leaves", "check_options",
-           "check_returned", "engine_states", "least_budget"]
+           "check_returned", "check_storage", "engine_states", "least_budget"]
 
 #: AsyncCheckpointer's arguments that the scan sets itself
 _SET_BY_THE_SCAN = ("self", "checkpoint", "fwd_operator", "rev_operator", "n_timesteps",
@@ -81,6 +82,15 @@ def check_options(options: dict[str, Any]) -> None:
         raise InvalidValueError(f"checkpoint_scan got unknown option(s) {unknown}{hint}; it takes "
                                 f"lax.scan's step, carry, xs, length and reverse, and "
                                 f"AsyncCheckpointer's {accepted}")
+
+
+def check_storage(storage: Any) -> None:
+    """Level-2 opened once at trace time: a path that cannot be one is refused from the call
+    that traces the scan, in asyncckpt's words (the callback that opens a run would have JAX
+    wrap the error in its runtime error, under ``jax.jit`` when the compiled function runs)."""
+    level2, owned = open_storage(storage)
+    if owned:
+        level2.close()
 
 
 def check_compression(compression: Any, dtypes: list[Any]) -> None:

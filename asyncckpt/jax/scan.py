@@ -11,12 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import io_callback
 
 from ..planning import default_budget, engine_buffers, parse_bytes, scan_length, state_bytes
 from . import wire
+from .callbacks import ordered, told
 from .checks import (check_carry, check_compression, check_interval, check_leaves, check_options,
-                     check_returned, engine_states, least_budget)
+                     check_returned, check_storage, engine_states, least_budget)
 from .host import RUNS, HostRun
 
 __all__ = ["Plan", "checkpoint_scan", "plan_scan"]
@@ -206,6 +206,7 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
     n = scan_length([tuple(leaf.shape) for leaf in xs_leaves], length, "length")
     check_interval(interval)
     check_options(options)
+    check_storage(storage)
     check_compression(compression, [leaf.dtype for leaf in jax.tree_util.tree_leaves(carry)])
     if reverse:
         flip = partial(jax.tree_util.tree_map, lambda leaf: jnp.flip(leaf, 0))
@@ -327,14 +328,14 @@ def _forward(fn: Any, plan: Plan, carry: Any, xs: Any, consts: list[Any]) -> Any
     # a differentiated outer scan, JAX hoists out of the loop what depends on no loop value
     # (an open taking nothing ran once for every iteration) and drops effects whose results
     # nothing reads (the puts were gone, the backward found no carries)
-    key = io_callback(partial(_open, plan, *layout), jax.ShapeDtypeStruct((), jnp.int32),
-                      jnp.ravel(leaves[0])[:1], ordered=True)
+    key = ordered(partial(_open, plan, *layout), jax.ShapeDtypeStruct((), jnp.int32),
+                  jnp.ravel(leaves[0])[:1])
     body = _body(fn, consts)
     xs_main, xs_rest = _segments(xs, plan) if xs is not None else (None, None)
 
     def put(key: Any, s: Any, c: Any) -> Any:
-        return io_callback(partial(_put, *layout), jax.ShapeDtypeStruct((), jnp.int32),
-                           wire.pack(key, s, jax.tree_util.tree_leaves(c)), ordered=True)
+        return ordered(partial(_put, *layout), jax.ShapeDtypeStruct((), jnp.int32),
+                       wire.pack(key, s, jax.tree_util.tree_leaves(c)))
 
     def segment(carried: Any, inputs: Any) -> Any:
         (c, key), (s, xseg) = carried, inputs
@@ -373,8 +374,7 @@ def _backward(fn: Any, plan: Plan, saved: Any, cts: Any) -> Any:
         return ct_c, ct_k, ct_xseg
 
     def fetch(s: Any) -> Any:
-        return io_callback(partial(_get, treedef), carry_struct, wire.ids(key, s),
-                           ordered=True)
+        return ordered(partial(_get, treedef), carry_struct, wire.ids(key, s))
 
     xs_main, xs_rest = _segments(xs, plan) if xs is not None else (None, None)
     ct_main, ct_rest = _segments(ct_ys, plan) if ct_ys is not None else (None, None)
@@ -396,4 +396,4 @@ def _backward(fn: Any, plan: Plan, saved: Any, cts: Any) -> Any:
     return ct_c, ct_xs, ct_k
 
 
-_checkpointed.defvjp(_forward, _backward)
+_checkpointed.defvjp(told(_forward), told(_backward))
