@@ -9,20 +9,20 @@ Level-2 named it is pyrevolve's Revolver (Revolve in those slots alone); with a 
 the asynchronous strategy. Level-2 and the interval come from keyword options, else from the
 environment, else from their defaults:
 
-============================  =========================  =======================================
-keyword                       environment variable       default
-============================  =========================  =======================================
-``storage``                   ``ASYNCCKPT_STORAGE``      host DRAM (``dram``); else a directory
-``interval``                  ``ASYNCCKPT_INTERVAL``     ``auto`` (chosen by the model); ``0``
-                                                         with slots and no Level-2 named
-``taping``                    ``ASYNCCKPT_TAPING``       ``1`` (pyrevolve's protocol); ``0``:
-                                                         the taping-free reverse
+============================  ===========================  =======================================
+keyword                       environment variable         default
+============================  ===========================  =======================================
+``storage``                   ``ASYNCCKPT_STORAGE``        host DRAM (``dram``); else a directory
+``interval``                  ``ASYNCCKPT_INTERVAL``       ``auto`` (chosen by the model); ``0``
+                                                           with slots and no Level-2 named
+``taping``                    ``ASYNCCKPT_TAPING``         ``1`` (pyrevolve's protocol); ``0``:
+                                                           the taping-free reverse
 ``memory_budget``             ``ASYNCCKPT_MEMORY_BUDGET``  with ``n_checkpoints=None``: a quarter
-                                                         of the available memory
-``compression_params``        ``ASYNCCKPT_COMPRESSION``  none; pyrevolve's dicts, or asyncckpt's
-                                                         ``compression=`` spelled as text
-                                                         (``lz4``, ``zfp:tolerance=1e-6``)
-============================  =========================  =======================================
+                                                           of the available memory
+``compression_params``        ``ASYNCCKPT_COMPRESSION``    none; pyrevolve's dicts, or asyncckpt's
+                                                           ``compression=`` spelled as text
+                                                           (``lz4``, ``zfp:tolerance=1e-6``)
+============================  ===========================  =======================================
 
 Other keywords go to :class:`asyncckpt.AsyncCheckpointer`. pyrevolve itself is never imported.
 
