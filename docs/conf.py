@@ -20,7 +20,6 @@ version = release
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
-    "sphinx.ext.intersphinx",
     "numpydoc",
     "myst_parser",
 ]
@@ -35,18 +34,13 @@ autosummary_generate = True
 autosummary_imported_members = True
 autodoc_typehints = "none"  # the numpydoc sections carry the types
 autodoc_member_order = "bysource"
-autodoc_default_options = {"inherited-members": False}
 # numpydoc's own member tables would list each method a second time beside autosummary's
 numpydoc_show_class_members = False
 numpydoc_xref_param_type = False
-numpydoc_validation_checks: set[str] = set()
 
 # the user guide: the Markdown pages of docs/, with GitHub's heading anchors (#a-heading-2026-11-26)
 myst_heading_anchors = 4
 myst_enable_extensions = ["dollarmath"]
-
-# no network at build time: cross references to other projects are not resolved
-intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"asyncckpt {release}"
@@ -54,7 +48,6 @@ html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
 }
-html_static_path: list[str] = []
 
 # The reference documents each public name where the user imports it, and several names are one
 # object re-exported by two public modules (``asyncckpt.Storage`` is ``asyncckpt.storage.Storage``;
