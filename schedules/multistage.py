@@ -80,7 +80,7 @@ class AsyncMultistage:
     taping : bool
         True (default): pyrevolve's protocol, each ``Reverse(t)`` directly after an advance ending
         at t + 1. False: each ``Reverse(t)`` while the live state is u_t (see
-        :func:`~schedules.revolve.reverse_range`).
+        ``schedules.revolve.reverse_range``).
 
     Notes
     -----

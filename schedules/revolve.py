@@ -237,7 +237,7 @@ class Revolve:
     Notes
     -----
     Its total forward steps equal :func:`optimal_forward_steps` for every (n, s) with taping, and
-    :func:`untaped_forward_steps` without. With ``snaps >= n - 1`` (taping) or ``snaps >= n``
+    ``untaped_forward_steps`` without. With ``snaps >= n - 1`` (taping) or ``snaps >= n``
     (without) it stores every state it needs once: store-all.
 
     Examples

@@ -236,7 +236,7 @@ def simulate(
     Parameters
     ----------
     actions : iterable of actions
-        A schedule object or any iterable of :mod:`schedules.actions` values. When it has the
+        A schedule object or any iterable of actions (:data:`schedules.Action`). When it has the
         attributes ``n_steps``, ``l1_slots`` or ``prefetch_slots``, they are the limits checked,
         unless given here.
     n_steps : int, optional

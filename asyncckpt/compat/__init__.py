@@ -29,9 +29,9 @@ Other keywords go to :class:`asyncckpt.AsyncCheckpointer`. pyrevolve itself is n
 The rest of pyrevolve's surface, for programs that use more than ``Revolver``:
 ``SingleLevelRevolver``, ``MemoryRevolver`` and ``DiskRevolver`` (Revolve in one storage, where
 pyrevolve stores), ``MultiLevelRevolver`` (H-Revolve over a storage list), the storages
-``NumpyStorage``, ``DiskStorage`` and ``BytesStorage`` (:mod:`asyncckpt.compat.storage`),
-compression (:mod:`asyncckpt.compat.compression`), ``Profiler``, and the classic
-action-by-action Revolve (:mod:`asyncckpt.compat.crevolve`: ``CRevolve``, ``Action``,
+``NumpyStorage``, ``DiskStorage`` and ``BytesStorage`` (``asyncckpt.compat.storage``),
+compression (``asyncckpt.compat.compression``), ``Profiler``, and the classic
+action-by-action Revolve (``asyncckpt.compat.crevolve``: ``CRevolve``, ``Action``,
 ``adjust``). To run a program written for pyrevolve unchanged, :func:`install` (or ``python -m asyncckpt.compat PROGRAM [ARGS]``) makes
 ``import pyrevolve`` give this package.
 
