@@ -53,7 +53,6 @@ nitpick_ignore = [
 
 # the user guide: the Markdown pages of docs/, with GitHub's heading anchors (#a-heading-2026-11-26)
 myst_heading_anchors = 4
-myst_enable_extensions = ["dollarmath"]
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"asyncckpt {release}"
