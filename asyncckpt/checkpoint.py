@@ -60,6 +60,19 @@ class ArrayCheckpoint(Checkpoint):
         their memory, so they must be contiguous; the descriptor's dtype is then uint8. They
         are the same for every step; for states whose arrays depend on t (a circular buffer of
         time levels), subclass :class:`Checkpoint` instead.
+
+    Examples
+    --------
+    A float64 field beside an int64 step counter, stored as their bytes:
+
+    >>> import numpy as np
+    >>> from asyncckpt import ArrayCheckpoint
+    >>> field, step = np.zeros((100, 100)), np.zeros(1, dtype=np.int64)
+    >>> checkpoint = ArrayCheckpoint([field, step])
+    >>> checkpoint
+    ArrayCheckpoint([(100, 100) float64, (1,) int64])
+    >>> checkpoint.nbytes, checkpoint.dtype
+    (80008, dtype('uint8'))
     """
 
     def __init__(self, arrays: Sequence[np.ndarray]) -> None:

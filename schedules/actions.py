@@ -112,4 +112,7 @@ class EndReverse:
     """The reverse sweep is over: every step has been reversed and nothing is left stored."""
 
 
+#: Any one action (:class:`Advance`, :class:`Store`, :class:`Prefetch`, :class:`Load`,
+#: :class:`Free`, :class:`Reverse`, :class:`EndForward` or :class:`EndReverse`): what a schedule
+#: yields and :func:`simulate` takes.
 Action = Advance | Store | Prefetch | Load | Free | Reverse | EndForward | EndReverse

@@ -155,10 +155,10 @@ class HRevolve:
 
     Notes
     -----
-    Iterating yields :mod:`schedules.actions` for one or two levels (level 0 on ``Tier.L1``,
-    level 1 on ``Tier.L2``, each read of level 1 prefetched once); :meth:`operations` yields the
-    model's operations for any number of levels. :attr:`makespan` is the dynamic program's; the
-    operations, priced with the same costs, add up to it.
+    Iterating yields actions (:data:`schedules.Action`) for one or two levels (level 0 on
+    ``Tier.L1``, level 1 on ``Tier.L2``, each read of level 1 prefetched once);
+    :meth:`operations` yields the model's operations for any number of levels. :attr:`makespan`
+    is the dynamic program's; the operations, priced with the same costs, add up to it.
     """
 
     def __init__(self, n_steps: int, levels: Sequence[Level], *, forward_cost: float = 1.0,

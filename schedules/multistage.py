@@ -80,12 +80,21 @@ class AsyncMultistage:
     taping : bool
         True (default): pyrevolve's protocol, each ``Reverse(t)`` directly after an advance ending
         at t + 1. False: each ``Reverse(t)`` while the live state is u_t (see
-        :func:`~schedules.revolve.reverse_range`).
+        ``schedules.revolve.reverse_range``).
 
     Notes
     -----
     Level-1 also needs two prefetch buffers (``prefetch_slots``): the start of the interval being
     reversed and the start of the next one, read while this one is reversed.
+
+    Examples
+    --------
+    Every tenth of 1000 states goes to Level-2, and Revolve reverses each interval in 10 slots:
+
+    >>> from schedules import AsyncMultistage, simulate
+    >>> result = simulate(AsyncMultistage(1000, interval=10, l1_slots=10))
+    >>> result.l2_writes, result.l2_reads, result.forward_steps / 1000
+    (100, 100, 2.89)
     """
 
     #: Prefetch buffers the schedule holds at once.

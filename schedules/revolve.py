@@ -51,7 +51,14 @@ def optimal_recomputations(n_steps: int, snaps: int) -> int:
 
 def optimal_forward_steps(n_steps: int, snaps: int) -> int:
     """Return the minimal total forward steps F = n + p(n, s) to reverse ``n_steps`` steps with
-    ``snaps`` checkpoint slots (the slot holding u_0 included)."""
+    ``snaps`` checkpoint slots (the slot holding u_0 included).
+
+    Examples
+    --------
+    >>> from schedules import optimal_forward_steps
+    >>> optimal_forward_steps(1000, 10)
+    4636
+    """
     return n_steps + optimal_recomputations(n_steps, snaps)
 
 
@@ -230,8 +237,21 @@ class Revolve:
     Notes
     -----
     Its total forward steps equal :func:`optimal_forward_steps` for every (n, s) with taping, and
-    :func:`untaped_forward_steps` without. With ``snaps >= n - 1`` (taping) or ``snaps >= n``
+    ``untaped_forward_steps`` without. With ``snaps >= n - 1`` (taping) or ``snaps >= n``
     (without) it stores every state it needs once: store-all.
+
+    Examples
+    --------
+    A schedule is an iterable of actions:
+
+    >>> from schedules import Revolve
+    >>> for action in list(Revolve(4, 2))[:5]:
+    ...     print(action)
+    Store(step=0, tier=Tier.L1)
+    Advance(start=0, end=2)
+    Store(step=2, tier=Tier.L1)
+    Advance(start=2, end=4)
+    EndForward()
     """
 
     def __init__(self, n_steps: int, snaps: int, *, taping: bool = True) -> None:

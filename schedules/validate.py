@@ -236,7 +236,7 @@ def simulate(
     Parameters
     ----------
     actions : iterable of actions
-        A schedule object or any iterable of :mod:`schedules.actions` values. When it has the
+        A schedule object or any iterable of actions (:data:`schedules.Action`). When it has the
         attributes ``n_steps``, ``l1_slots`` or ``prefetch_slots``, they are the limits checked,
         unless given here.
     n_steps : int, optional
@@ -262,6 +262,25 @@ def simulate(
         stored, freed or not prefetched, a reverse out of order or without its taping step (or,
         taping-free, without the live state u_t), a
         prefetch never waited for, anything left stored at the end, or a missing end marker.
+
+    Examples
+    --------
+    Revolve reverses 10 steps in 2 slots with 30 forward steps in all, taping steps included:
+
+    >>> from schedules import Revolve, simulate
+    >>> result = simulate(Revolve(10, 2))
+    >>> result.forward_steps, result.reverse_steps, result.l1_peak
+    (30, 10, 2)
+
+    A list of actions is checked as it stands; the first broken rule is named:
+
+    >>> from schedules import Advance, EndForward, Reverse, ScheduleError, Store, Tier
+    >>> try:
+    ...     simulate([Store(step=0, tier=Tier.L1), Advance(start=0, end=2), EndForward(),
+    ...               Reverse(step=0)])
+    ... except ScheduleError as error:
+    ...     print(error)
+    action #3 Reverse(step=0): out of order: expected the reverse of step 1
     """
     n = n_steps if n_steps is not None else getattr(actions, "n_steps", None)
     cap_l1 = l1_slots if l1_slots is not None else getattr(actions, "l1_slots", None)

@@ -16,7 +16,7 @@ __all__ = ["AGREED_LARGEST", "COSTS", "CostMemory", "agree_costs"]
 
 
 class CostMemory:
-    """The costs measured in this process, by what they depend on (:func:`cost_key`), so the
+    """The costs measured in this process, by what they depend on (``cost_key``), so the
     next checkpointer of the same operators and state size (a fresh ``Revolver`` per gradient,
     as Devito builds it) starts from them instead of probing. Thread-safe; what it holds and
     hands out are copies."""

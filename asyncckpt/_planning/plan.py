@@ -36,7 +36,7 @@ class RunPlan:
     schedule : str
         "Revolve" (Level-1 alone), "AsyncMultistage" (a fixed interval), "OnlineMultistage"
         (intervals or n decided as the run goes), or before the first run of ``interval="auto"``
-        :data:`UNDECIDED` (the model chooses then, from what the run measures).
+        ``UNDECIDED`` (the model chooses then, from what the run measures).
     level2 : tuple of str
         Level-2's tiers, fastest first (one for an untiered Level-2).
     capacities : tuple of int or None
@@ -187,7 +187,7 @@ class Planner:
     def _check_room(self, interval: int, l2_states: int) -> None:
         """Raise unless Level-2 holds the ``l2_states`` of ``interval``, naming the least
         interval that fits: :class:`MemoryBudgetError` where the budget is short,
-        :class:`StorageFullError` where a device is."""
+        :class:`~asyncckpt.StorageFullError` where a device is."""
         room = _room(self.capacities(self.l1_slots))
         if room is None or room >= l2_states:
             return

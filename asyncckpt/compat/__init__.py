@@ -9,29 +9,29 @@ Level-2 named it is pyrevolve's Revolver (Revolve in those slots alone); with a 
 the asynchronous strategy. Level-2 and the interval come from keyword options, else from the
 environment, else from their defaults:
 
-============================  =========================  =======================================
-keyword                       environment variable       default
-============================  =========================  =======================================
-``storage``                   ``ASYNCCKPT_STORAGE``      host DRAM (``dram``); else a directory
-``interval``                  ``ASYNCCKPT_INTERVAL``     ``auto`` (chosen by the model); ``0``
-                                                         with slots and no Level-2 named
-``taping``                    ``ASYNCCKPT_TAPING``       ``1`` (pyrevolve's protocol); ``0``:
-                                                         the taping-free reverse
+============================  ===========================  =======================================
+keyword                       environment variable         default
+============================  ===========================  =======================================
+``storage``                   ``ASYNCCKPT_STORAGE``        host DRAM (``dram``); else a directory
+``interval``                  ``ASYNCCKPT_INTERVAL``       ``auto`` (chosen by the model); ``0``
+                                                           with slots and no Level-2 named
+``taping``                    ``ASYNCCKPT_TAPING``         ``1`` (pyrevolve's protocol); ``0``:
+                                                           the taping-free reverse
 ``memory_budget``             ``ASYNCCKPT_MEMORY_BUDGET``  with ``n_checkpoints=None``: a quarter
-                                                         of the available memory
-``compression_params``        ``ASYNCCKPT_COMPRESSION``  none; pyrevolve's dicts, or asyncckpt's
-                                                         ``compression=`` spelled as text
-                                                         (``lz4``, ``zfp:tolerance=1e-6``)
-============================  =========================  =======================================
+                                                           of the available memory
+``compression_params``        ``ASYNCCKPT_COMPRESSION``    none; pyrevolve's dicts, or asyncckpt's
+                                                           ``compression=`` spelled as text
+                                                           (``lz4``, ``zfp:tolerance=1e-6``)
+============================  ===========================  =======================================
 
 Other keywords go to :class:`asyncckpt.AsyncCheckpointer`. pyrevolve itself is never imported.
 
 The rest of pyrevolve's surface, for programs that use more than ``Revolver``:
 ``SingleLevelRevolver``, ``MemoryRevolver`` and ``DiskRevolver`` (Revolve in one storage, where
 pyrevolve stores), ``MultiLevelRevolver`` (H-Revolve over a storage list), the storages
-``NumpyStorage``, ``DiskStorage`` and ``BytesStorage`` (:mod:`asyncckpt.compat.storage`),
-compression (:mod:`asyncckpt.compat.compression`), ``Profiler``, and the classic
-action-by-action Revolve (:mod:`asyncckpt.compat.crevolve`: ``CRevolve``, ``Action``,
+``NumpyStorage``, ``DiskStorage`` and ``BytesStorage`` (``asyncckpt.compat.storage``),
+compression (``asyncckpt.compat.compression``), ``Profiler``, and the classic
+action-by-action Revolve (``asyncckpt.compat.crevolve``: ``CRevolve``, ``Action``,
 ``adjust``). To run a program written for pyrevolve unchanged, :func:`install` (or ``python -m asyncckpt.compat PROGRAM [ARGS]``) makes
 ``import pyrevolve`` give this package.
 

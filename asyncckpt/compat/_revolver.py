@@ -183,7 +183,7 @@ class Revolver:
     def apply_forward(self, stop: Callable[[int], object] | None = None) -> None:
         """The forward sweep, u_0 to u_n; a second call starts a new run. ``stop``: with
         ``n_timesteps=None``, where the sweep ends (see
-        :meth:`AsyncCheckpointer.apply_forward`)."""
+        :meth:`asyncckpt.AsyncCheckpointer.apply_forward`)."""
         with self.profiler.get_timer("forward", "apply_forward"):
             self._build(running=True).apply_forward(stop)
 

@@ -54,8 +54,8 @@ def expense(timesteps: int, snapshots: int) -> float:
 
 
 class CRevolve:
-    """Reverse ``timesteps`` steps with ``snapshots`` slots: call :meth:`revolve` for each next
-    action and read ``capo``, ``oldcapo`` and ``check`` after it, as with pyrevolve's."""
+    """Reverse ``timesteps`` steps with ``snapshots`` slots: call :meth:`CRevolve.revolve` for
+    each next action and read ``capo``, ``oldcapo`` and ``check`` after it, as with pyrevolve's."""
 
     def __init__(self, snapshots: int, timesteps: int | None = None,
                  snapshots_disk: int | None = None) -> None:

@@ -153,7 +153,7 @@ class NumpyStorage(Storage):
 
 class DiskStorage(Storage):
     """Slots in files under a fresh directory in ``filedir`` (one file, or one per key with
-    ``singlefile=False``), removed by :meth:`removeDatdir`, when the storage is collected, or at
+    ``singlefile=False``), removed by ``removeDatdir()``, when the storage is collected, or at
     exit, unless ``keepfiles``."""
 
     def __init__(self, size_ckp: int, n_ckp: int, dtype: Any, profiler: Any = None,
@@ -222,7 +222,7 @@ def _remove(directory: str, handle: Any) -> None:
 
 class BytesStorage(Storage):
     """Compressed states in host memory: ``compression`` is a ``(compressor, decompressor)``
-    pair as :func:`asyncckpt.compat.compression.init_compression` returns. A slot holds
+    pair as ``asyncckpt.compat.compression.init_compression`` returns. A slot holds
     ``size_ckp`` entries' worth of compressed bytes."""
 
     def __init__(self, size_ckp: int, n_ckp: int, dtype: Any,

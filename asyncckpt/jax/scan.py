@@ -104,14 +104,14 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
               memory_budget: int | None, interval: int | str = "auto",
               write_bps: float = PRIOR_WRITE_BPS,
               engine_states: int | None = None) -> tuple[int, int, int]:
-    """The interval, the chunk of a segment's recomputation (:attr:`Plan.chunk`; 0: none) and
+    """The interval, the chunk of a segment's recomputation (``Plan.chunk``; 0: none) and
     the checkpointer's memory budget, for ``n`` steps whose carry takes ``carry_bytes``, whose
     backward keeps ``residual_bytes`` a step and whose forward takes ``step_s`` (needed for
     "auto" alone).
 
-    "auto": segments long enough that their cost (:data:`SEGMENT_S`) and a carry's write
-    take :data:`HIDE` times less than their steps, and at least sqrt(n) steps (as many carries
-    on Level-2 as steps in a segment), within what :data:`SEGMENT_SHARE` of the budget holds of
+    "auto": segments long enough that their cost (``SEGMENT_S``) and a carry's write
+    take ``HIDE`` times less than their steps, and at least sqrt(n) steps (as many carries
+    on Level-2 as steps in a segment), within what ``SEGMENT_SHARE`` of the budget holds of
     the segment's backward. Where the budget cuts segments shorter than that storing their
     steps' residuals, or holds no step's residuals at all, segments recompute them (a forward
     step more per step) where that costs less than the shorter segments: in chunks of about
@@ -120,8 +120,8 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
     steps as the share's square over four carries' and residuals' bytes (a carry a step
     holds a share over two carries). A given interval recomputes where its steps' residuals
     do not fit that share. The checkpointer gets the rest of the budget, and at least a carry
-    more than ``engine_states`` (its transfer buffers; default :func:`engine_buffers`'s): a
-    budget below that is refused (:func:`~asyncckpt.jax.checks.least_budget`).
+    more than ``engine_states`` (its transfer buffers; default ``engine_buffers()``'s): a
+    budget below that is refused (``asyncckpt.jax.checks.least_budget``).
     """
     budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
     share = int(SEGMENT_SHARE * budget)
@@ -267,7 +267,7 @@ def _body(fn: Any, consts: list[Any]) -> Any:
 
 def _recomputing(body: Any, c: Any, xs: Any, length: int, chunk: int) -> Any:
     """``lax.scan(body, c, xs, length)`` whose backward recomputes its residuals in chunks of
-    ``chunk`` steps (:attr:`Plan.chunk`; 0: stores them all; 1: a carry kept per step)."""
+    ``chunk`` steps (``Plan.chunk``; 0: stores them all; 1: a carry kept per step)."""
     if chunk == 1:
         return lax.scan(jax.checkpoint(body), c, xs, length=length)
     if chunk == 0 or length <= chunk:

@@ -29,7 +29,7 @@ class Storage(abc.ABC):
     :meth:`reserve`, :meth:`adopt` and :meth:`get_config` have working defaults that a backend
     overrides where it can do better. ``put``, ``get``, ``adopt`` and ``delete`` run on the
     transfer engine's worker threads, so they must be safe to call from several threads at
-    once for distinct keys. :class:`asyncckpt.testing.StorageTests` checks a backend against
+    once for distinct keys. ``asyncckpt.testing.StorageTests`` checks a backend against
     this contract.
 
     Subclass it, or a concrete backend, to add a backend or to inject faults; wrap one in a
@@ -183,8 +183,9 @@ class Storage(abc.ABC):
         return self.adopt(key, buffer, nbytes)
 
     def get_config(self) -> dict[str, Any] | None:
-        """A plain dict that :func:`from_config` rebuilds the backend from (in another process,
-        say), or None where the backend cannot be rebuilt from one (the default)."""
+        """A plain dict that :func:`~asyncckpt.storage.from_config` rebuilds the backend from (in
+        another process, say), or None where the backend cannot be rebuilt from one (the
+        default)."""
         return None
 
     def __enter__(self) -> "Storage":

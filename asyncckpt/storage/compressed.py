@@ -69,7 +69,8 @@ class CompressedStorage(WrapperStorage):
     checksum of the stored bytes, and a record that fails it, or fails to decompress, is a
     :class:`~asyncckpt.CorruptionError`. Around a
     :class:`~asyncckpt.storage.TieredStorage` it places compressed states on its tiers, and
-    shows them to the runtime (:attr:`tiers`, their capacities and counters) as its own.
+    shows them to the runtime (:attr:`~asyncckpt.storage.Storage.tiers`, their capacities and
+    counters) as its own.
 
     Each thread that calls ``put`` or ``get`` keeps one page-aligned buffer as large as the
     largest compressed state it moved (so that writes to a file can bypass the page cache).
@@ -83,7 +84,7 @@ class CompressedStorage(WrapperStorage):
     inner : Storage
         Where the compressed states go.
     codec : asyncckpt.compression.Codec
-        How (see :func:`asyncckpt.compression.make_codec`).
+        How (see ``asyncckpt.compression.make_codec``).
     close_inner : bool
         Whether :meth:`close` closes ``inner`` (default True).
     """

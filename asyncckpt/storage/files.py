@@ -67,11 +67,11 @@ class FileStorage(Storage):
         name unlinked at once; mode 0600): no other process can open it, two checkpointers on
         one path never meet, and its bytes go with the process at exit or when it is killed
         (SIGKILL included). ``close`` keeps the file, its blocks allocated, for the next backend
-        under the same directory (the :data:`KEPT_FILES` most recent, while the device has as
-        much free beside each): a checkpointer per gradient then writes into blocks the last
-        one allocated (a child after ``fork`` opens its own). :func:`release_files` frees
-        them; a file not kept is freed on ``close``, a large one on a short-lived thread while
-        the device frees its blocks.
+        under the same directory (the ``KEPT_FILES`` most recent, while the device has as much
+        free beside each): a checkpointer per gradient then writes into blocks the last one
+        allocated (a child after ``fork`` opens its own).
+        :func:`~asyncckpt.storage.release_files` frees them; a file not kept is freed on
+        ``close``, a large one on a short-lived thread while the device frees its blocks.
     direct : bool or None
         Use O_DIRECT for page-aligned states of ``direct_min_bytes`` or more: sustained writes
         that bypass the page cache run several times faster on a disk, and leave the page cache

@@ -28,7 +28,7 @@ class HostMemoryStorage(Storage):
     ``nbytes_held`` tells how much DRAM it holds, for memory accounting. On ``close`` its buffers
     go to a process-wide pool (a quarter of the physical memory at most) that the next
     HostMemoryStorage draws from, so repeated checkpointers do not fault fresh memory in again;
-    :func:`release_memory` returns them to the operating system.
+    :func:`~asyncckpt.storage.release_memory` returns them to the operating system.
     """
 
     holds_process_memory = True

@@ -20,8 +20,9 @@ class TieredStorage(Storage):
     """Level-2 in tiers, fastest first: a state goes to the first tier with room and stays
     there until deleted; reads go to whichever tier holds it. A tier has room while it holds
     fewer than its capacity and byte limit and its device has not reported itself full: a put
-    that a tier refuses with :class:`StorageFullError` goes on to the next tier, and that tier
-    is passed over until it holds fewer states than it held then (or a new plan reserves).
+    that a tier refuses with :class:`~asyncckpt.StorageFullError` goes on to the next tier, and
+    that tier is passed over until it holds fewer states than it held then (or a new plan
+    reserves).
     A put that fails otherwise leaves its key in the tier where the tier still holds it, and a
     key is forgotten only once its tier's delete succeeds: a failed call never hides a state.
 
@@ -31,7 +32,7 @@ class TieredStorage(Storage):
         The tiers, fastest first (host DRAM, then a disk, say).
     capacities : sequence of int or None, optional
         How many states each tier may hold at once; None (the default for every tier) is no
-        limit. A put that finds no room raises :class:`StorageFullError`.
+        limit. A put that finds no room raises :class:`~asyncckpt.StorageFullError`.
     byte_limits : sequence of int or None, optional
         How many bytes of states (each page-padded) each tier may hold at once, beside its
         capacity: states of different sizes are counted at their own sizes. None: no limit.
@@ -256,8 +257,8 @@ class TieredStorage(Storage):
     def reserve(self, nbytes: int, count: int) -> None:
         """Reserve on each tier, in order, what it can take of ``count``: its capacity, its
         byte limit and, but for the last tier, the room its device has now bound its share;
-        the last tier takes the rest (its device raising :class:`StorageFullError` where that
-        does not fit)."""
+        the last tier takes the rest (its device raising :class:`~asyncckpt.StorageFullError`
+        where that does not fit)."""
         with self._lock:
             self._full_at = [None] * len(self.tiers)  # a new plan: every device asked anew
         last = len(self.tiers) - 1
