@@ -12,7 +12,7 @@ import asyncckpt
 import schedules
 from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, InvalidValueError
 
-from workloads import Forward, RecurrentCell, Reverse, forward_reverse
+from workloads import Forward, RecurrentCell, Reverse, forward_reverse, store_all_reference
 
 
 def test_the_stats_repr_is_one_short_line_at_any_n():
@@ -95,3 +95,25 @@ def test_mixed_dtypes_that_cannot_be_viewed_as_bytes_are_named():
     field = np.zeros((6, 6))[:, ::2]
     with pytest.raises(TypeError, match=r"arrays\[0\] \(shape \(6, 3\).*is not"):
         ArrayCheckpoint([field, np.zeros(1, np.int64)])
+
+
+def test_autos_first_run_probes_ten_steps_from_u0_and_an_interval_skips_them():
+    # README: "its first run probes the forward operator with ten steps from u_0 ... an
+    # interval of your own skips it"
+    n = 60
+    reference = store_all_reference(RecurrentCell(n))
+    for interval, probed in (("auto", 10), (6, 0)):
+        model = RecurrentCell(n)
+        with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3,
+                               interval=interval) as ckp:
+            gradients = forward_reverse(model, ckp)
+        forward_calls = [call for call in model.trace.calls if call[0] == "fwd"]
+        assert ckp.stats.probe_steps == probed
+        if probed:
+            # one step twice, then eight: from u_0 each time, which is restored after them
+            assert forward_calls[:3] == [("fwd", 0, 1), ("fwd", 1, 2), ("fwd", 2, 10)]
+            assert forward_calls[3][1] == 0
+        else:
+            assert forward_calls[0][1] == 0 and forward_calls[1][1] > 0
+        for ours, theirs in zip(gradients, reference):
+            assert ours.tobytes() == theirs.tobytes()
