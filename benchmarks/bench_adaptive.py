@@ -37,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Rev, Workload  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer, FileStorage  # noqa: E402
 
@@ -133,6 +134,9 @@ def sweep(make_forward, storage_for, w: Workload, n: int, slots: int,
     }
 
 
+CONFIG = ("state_mib", "n", "slots", "passes")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=float, default=1.0, help="state size in MiB (default 1)")
@@ -153,6 +157,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=tempfile.gettempdir(),
                         help="directory for the file Level-2 (default: the temporary directory)")
+    add_flag(parser)
     args = parser.parse_args()
     nbytes = int(args.mib * 2**20)
     n, slots, repeats = args.n, args.slots, args.repeats
@@ -181,6 +186,7 @@ def main() -> int:
             results[name] = sweep(make_forward, storage_for, w, n, slots, repeats)
     if args.only is not None and "online" not in args.only:
         print(json.dumps(results))
+        record("bench_adaptive", results, CONFIG, args=args)
         return 0
     with AsyncCheckpointer(w, ChangingForward(w, n, args.passes), Rev(w), n, l1_slots=slots,
                            storage=args.dir) as known, \
@@ -193,6 +199,7 @@ def main() -> int:
                              "online_mean_interval": round(online.stats.mean_interval, 2),
                              "seconds": {k: round(v, 4) for k, v in medians.items()}}
     print(json.dumps(results))
+    record("bench_adaptive", results, CONFIG, args=args)
     return 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Fwd, Rev, Workload  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 from asyncckpt._memory.buffers import padded  # noqa: E402
@@ -39,6 +40,7 @@ def main() -> int:
     parser.add_argument("--disk", default=None,
                         help="directory on the disk for the second tier (default: the temporary "
                              "directory)")
+    add_flag(parser)
     args = parser.parse_args()
     nbytes = int(args.mib * 2**20)
     n, repeats = args.n, args.repeats
@@ -70,6 +72,7 @@ def main() -> int:
         }
         out["budget_over_unlimited"] = round(out["budget_s"] / out["unlimited_s"], 3)
     print(json.dumps(out))
+    record("bench_budget", out, ["state_mib", "n", "passes", "budget_mib"], args=args)
     return 0
 
 

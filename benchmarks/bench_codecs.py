@@ -28,6 +28,7 @@ from asyncckpt.compression import make_codec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import median_time  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 CODECS: dict[str, Any] = {"lz4": "lz4", "zstd": "zstd",
                           "zfp-1e-6": {"codec": "zfp", "tolerance": 1e-6}}
@@ -76,6 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=5)
+    add_flag(parser)
     args = parser.parse_args()
     nbytes = int(args.mib * 2**20) // 4 * 4
     rows = []
@@ -110,6 +112,8 @@ def main() -> None:
         print(f"{row['state']:<10} {row['codec']:<9} {row['ratio']:7.2f} "
               f"{row['compress_ms']:8.2f} {row['decompress_ms']:9.2f} {share:>19}")
     print(json.dumps({"mib": args.mib, "repeats": args.repeats, "rows": rows}))
+    for row in rows:
+        record("bench_codecs", {"mib": args.mib, **row}, ["mib", "state", "codec"], args=args)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Rev, Workload  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 from asyncckpt.compat import Revolver  # noqa: E402
 
@@ -68,6 +69,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--level2", default="dram",
                         help="asyncckpt's Level-2: dram (beside the slots) or a directory")
+    add_flag(parser)
     args = parser.parse_args()
     import pyrevolve
 
@@ -81,7 +83,7 @@ def main() -> None:
                                                storage=args.level2)
             theirs.append(t_theirs)
             ours.append(t_ours)
-    print(json.dumps({
+    row = {
         "n": args.n, "state_mib": args.mib, "slots": args.slots, "repeats": args.repeats,
         "level2": args.level2,
         "pyrevolve_s": round(statistics.median(theirs), 3),
@@ -90,7 +92,9 @@ def main() -> None:
         "pyrevolve_forward_steps": steps_theirs, "asyncckpt_forward_steps": steps_ours,
         "adjoints_equal": adj_theirs == adj_ours and bool(np.isfinite(w.adjoint).all()),
         "asyncckpt_last_run": LAST_STATS,
-    }))
+    }
+    print(json.dumps(row))
+    record("bench_compat", row, ["n", "state_mib", "slots", "level2"], args=args)
 
 
 if __name__ == "__main__":

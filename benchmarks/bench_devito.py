@@ -70,6 +70,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import gradient_error  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 
 #: Devito objects built here, kept alive to the end: freeing a set whose operators never ran
@@ -477,6 +478,7 @@ def main() -> None:
                              "(default: none)")
     parser.add_argument("--intervals", default="",
                         help="fixed intervals to run beside 'auto', e.g. 1,2,4 (default: none)")
+    add_flag(parser)
     args = parser.parse_args()
     nts = sorted({int(x) for x in args.nt.split(",") if x.strip()})
     if len(nts) > 1 and not isinstance(args.memory, int):
@@ -490,6 +492,9 @@ def main() -> None:
         for nt in nts:
             lines.append(measure(args, nt, Path(disk)))
             print(json.dumps(lines[-1]), flush=True)
+            record("bench_devito", {**lines[-1], "memory_option": args.memory,
+                                    "intervals": args.intervals, "compression": args.compression},
+                   ["shape", "nt", "memory_option", "intervals", "compression"], args=args)
     if len(lines) > 1:
         plot_time_against_n(lines, args.plot)
         print(json.dumps({"plot": str(args.plot), "seconds_per_step": {

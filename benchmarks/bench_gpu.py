@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Fwd, Rev  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 from asyncckpt._execution.link import DeviceLink  # noqa: E402
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--io-threads", type=int, default=1)
+    add_flag(parser)
     args = parser.parse_args(argv)
     cuda = args.device == "cuda"
     mib = args.mib or (64 if cuda else 2)
@@ -217,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
           f"against raw D2H {result['raw_d2h_gb_s'] or 0:.1f} GB/s; device bytes n "
           f"{device_n} / 4n {device_4n}; bitwise {result['bitwise']}", file=sys.stderr)
     print(json.dumps(result))
+    record("bench_gpu", result, ["device", "state_mib", "n", "passes", "slots", "io_threads"],
+           args=args)
     return 0
 
 

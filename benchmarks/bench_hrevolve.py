@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import median_time  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 from schedules import HRevolve, Level, simulate  # noqa: E402
 
@@ -47,6 +48,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pyrevolve-max", type=int, default=1000)
+    add_flag(parser)
     args = parser.parse_args()
     for n in args.n:
         # taping-free: a chain of n steps in the model, as pyrevolve's scheduler plans n
@@ -69,6 +71,7 @@ def main() -> None:
                            pyrevolve_makespan=theirs[0],
                            makespans_equal=abs(theirs[0] - ours.makespan) < 1e-9)
         print(json.dumps(row), flush=True)
+        record("bench_hrevolve", row, ["n", "levels"], args=args)
 
 
 if __name__ == "__main__":

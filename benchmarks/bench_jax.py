@@ -39,6 +39,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_flag, record  # noqa: E402
+
 METHODS = ("plain", "remat", "nested", "asyncckpt")
 
 
@@ -286,6 +289,7 @@ def main() -> int:
                         help="rounds of every method's gradient timed in turns in one process "
                              "per n, beside the processes of their own (0: none)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    add_flag(parser)
     args = parser.parse_args()
     if args.child and args.child[0] == "paired":
         print(json.dumps(paired(args.workload, args.methods.split(","), int(args.n),
@@ -357,6 +361,9 @@ def main() -> int:
                   " side by side in one process")
     print(json.dumps({"workload": args.workload, "share": args.share, "budget": args.budget,
                       "rows": rows}))
+    for row in rows:
+        record("bench_jax", {"share": args.share, "budget": args.budget, **row},
+               ["workload", "n", "share", "budget", "method"], args=args)
     return 0
 
 

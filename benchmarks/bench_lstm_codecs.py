@@ -26,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import gradient_error  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 from asyncckpt.compression import parse_compression  # noqa: E402
@@ -48,6 +49,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--codecs", default=DEFAULT_CODECS,
                         help=f"';'-separated compression= values (default {DEFAULT_CODECS!r})")
+    add_flag(parser)
     args = parser.parse_args()
 
     model = LSTM(load_corpus(), args.n, hidden=args.hidden, batch=args.batch)
@@ -100,6 +102,7 @@ def main() -> int:
         report["relative_l2"] = float(f"{report['relative_l2']:.3g}")
         report["max_abs_over_max"] = float(f"{report['max_abs_over_max']:.3g}")
     print(json.dumps(out))
+    record("bench_lstm_codecs", out, ["n", "hidden", "batch", "budget"], args=args)
     return 0
 
 

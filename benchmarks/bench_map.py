@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import NO_RECORD, add_flag, record  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PROTOCOLS = ("asyncckpt-taping", "asyncckpt-taping-free")
@@ -42,7 +46,9 @@ def run_point(shape: str, nt: int, share: str, args: argparse.Namespace) -> dict
                str(args.repeats)]
     if args.disk is not None:
         command += ["--disk", str(args.disk)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    # the map records its points; its bench_devito children do not record theirs
+    done = subprocess.run(command, capture_output=True, text=True, check=False,
+                          env={**os.environ, NO_RECORD: "1"})
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -134,6 +140,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--disk", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("results/map"))
+    add_flag(parser)
     args = parser.parse_args()
     workloads = [(w.split(":")[0], int(w.split(":")[1])) for w in args.workloads.split(",")]
     shares = [s.strip() for s in args.shares.split(",") if s.strip()]
@@ -144,6 +151,8 @@ def main() -> None:
             lines.append(run_point(shape, nt, share, args))
             points.append(summary(lines[-1]))
             print(json.dumps(points[-1]), flush=True)
+            record("bench_map", {**points[-1], "intervals": args.intervals},
+                   ["shape", "nt", "share", "intervals"], args=args)
     (args.out / "map.json").write_text(json.dumps(points, indent=1))
     # every point's whole bench_devito line: its plans, costs and where each run's time went
     (args.out / "lines.json").write_text(json.dumps(lines, indent=1))

@@ -22,6 +22,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Fwd, Rev, Workload, median_time, pyrevolve_runner, store_all  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 from asyncckpt._memory.buffers import touched  # noqa: E402
@@ -109,12 +110,15 @@ def main() -> None:
     parser.add_argument("--disk", default=None, help="directory on disk (default: a temporary "
                                                       "one under the current directory)")
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    add_flag(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.disk or ".") as disk, \
             threadpool_limits(limits=1, user_api="blas"):
         for name in args.workloads:
-            print(json.dumps(measure(name, n=args.n, slots=args.slots, repeats=args.repeats,
-                                     disk=disk, **WORKLOADS[name])), flush=True)
+            row = measure(name, n=args.n, slots=args.slots, repeats=args.repeats,
+                          disk=disk, **WORKLOADS[name])
+            print(json.dumps(row), flush=True)
+            record("bench_model", row, ["workload", "state_mib", "n", "l1_slots"], args=args)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Fwd, Rev, Workload  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 
@@ -39,6 +40,7 @@ def main() -> int:
                              "is the cost of the collectives); 'auto' lets each choose")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=tempfile.gettempdir())
+    add_flag(parser)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     w = Workload(int(args.mib * 2**20), passes=args.passes)
@@ -69,12 +71,14 @@ def main() -> int:
     slowest = {k: max(comm.allgather(v)) for k, v in medians.items()}
     rate = sum(comm.allgather(written)) / max(comm.allgather(busy)) / 1e9
     if comm.Get_rank() == 0:
-        print(json.dumps({
+        row = {
             "ranks": comm.Get_size(), "state_mib": args.mib, "n": args.n,
             "collective_over_independent": slowest["collective"] / slowest["independent"],
             "collectives_per_run": collectives, "interval": interval,
             "level2_write_gbs": round(rate, 3),
-            "seconds": {k: round(v, 4) for k, v in slowest.items()}}))
+            "seconds": {k: round(v, 4) for k, v in slowest.items()}}
+        print(json.dumps(row))
+        record("bench_mpi", row, ["ranks", "state_mib", "n"], args=args)
     return 0
 
 

@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_devito import (_problem, _quiet_costs, check_disk, memory_bytes,  # noqa: E402
                           parse_memory)
+from _results import add_flag, record  # noqa: E402
 
 
 def _disk_costs(state_bytes: int, directory: Path, repeats: int = 3) -> tuple[float, float]:
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--disk-slots", type=int, default=64)
     parser.add_argument("--disk", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--repeats", type=int, default=2)
+    add_flag(parser)
     args = parser.parse_args()
 
     import pyrevolve
@@ -132,7 +134,7 @@ def main() -> None:
             equal[method] &= bool(np.array_equal(data, reference))
     median = {m: statistics.median(v) for m, v in times.items()}
     floor = quiet["forward_one_call"] + quiet["reverse_call_per_step"]
-    print(json.dumps({
+    row = {
         "shape": args.shape, "nt": args.nt, "repeats": args.repeats,
         "state_mib": round(state_bytes / 2**20, 2),
         "memory": {"bytes": memory, "slots": slots, "disk_slots": args.disk_slots,
@@ -148,7 +150,10 @@ def main() -> None:
             median["pyrevolve-revolver"] / median["asyncckpt-revolver"], 3),
         "asyncckpt_multilevel_over_asyncckpt_revolver": round(
             median["asyncckpt-multilevel"] / median["asyncckpt-revolver"], 3),
-    }), flush=True)
+    }
+    print(json.dumps(row), flush=True)
+    record("bench_multilevel", {**row, "memory_option": args.memory},
+           ["shape", "nt", "memory_option"], args=args)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     Fwd, Rev, Workload, median_time, pyrevolve_runner, store_all, touched)
+from _results import add_flag, record  # noqa: E402
 
 from asyncckpt import AsyncCheckpointer  # noqa: E402
 from asyncckpt._memory.buffers import aligned_buffer  # noqa: E402
@@ -86,6 +87,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=12,
                         help="ufunc passes per step (12: about 2 ms at 2 MiB here)")
     parser.add_argument("--skip-pyrevolve", action="store_true")
+    add_flag(parser)
     args = parser.parse_args()
     nbytes = int(args.mib * 2**20)
     n, slots, repeats = args.n, args.slots, args.repeats
@@ -159,7 +161,9 @@ def main() -> None:
             pyrevolve_run = pyrevolve_runner(w, slots, n)
             out["pyrevolve_over_asyncckpt"] = med(
                 [median_time(pyrevolve_run, 1) for _ in range(repeats)]) / best_total
-    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}))
+    row = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+    print(json.dumps(row))
+    record("bench_runtime", row, ["state_mib", "n", "l1_slots", "storage"], args=args)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import median_time  # noqa: E402
+from _results import add_flag, record  # noqa: E402
 
 from schedules import Revolve, simulate  # noqa: E402
 from schedules.revolve import optimal_forward_steps  # noqa: E402
@@ -39,6 +40,7 @@ def checkpoint_schedules_time(n: int, s: int, repeats: int) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    add_flag(parser)
     args = parser.parse_args()
     out: dict[str, object] = {}
     for n, s in ((10**5, 100), (10**6, 100)):
@@ -52,6 +54,7 @@ def main() -> None:
         if theirs is not None:
             out[f"{key}_checkpoint_schedules_over_ours"] = round(theirs / ours, 2)
     print(json.dumps(out))
+    record("bench_schedules", out, args=args)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,11 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_flag, record  # noqa: E402
 
 VOCAB = 50
 BATCH, HIDDEN = 4, 32  # set from --batch and --hidden
@@ -323,13 +327,16 @@ def main() -> None:
     parser.add_argument("--memory-of", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--sequential", type=int, default=0, metavar="DEPTH",
                         help="instead: checkpoint_sequential on an MLP of DEPTH layer pairs")
+    add_flag(parser)
     args = parser.parse_args()
     _configure(args.batch, args.hidden)
     if args.memory_of:
         print(json.dumps(_memory(args.memory_of[0], int(args.memory_of[1]), args.budget)))
         return
     if args.sequential:
-        print(json.dumps(_sequential_row(args.sequential, args.repeats, args.budget)), flush=True)
+        row = _sequential_row(args.sequential, args.repeats, args.budget)
+        print(json.dumps(row), flush=True)
+        record("bench_torch", row, ["bench", "layers", "batch", "budget"], args=args)
         return
     for n in args.n:
         plain = n <= args.plain_max
@@ -348,6 +355,7 @@ def main() -> None:
                                   capture_output=True, text=True, check=True)
             row["memory"][method] = json.loads(done.stdout.strip().splitlines()[-1])
         print(json.dumps(row), flush=True)
+        record("bench_torch", row, ["bench", "n", "batch", "hidden", "budget"], args=args)
 
 
 if __name__ == "__main__":

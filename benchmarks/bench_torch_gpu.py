@@ -36,7 +36,11 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_flag, record  # noqa: E402
 
 # cuBLAS picks a deterministic algorithm only with a fixed workspace, set before CUDA starts
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -224,10 +228,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--plain-max", type=int, default=10000)
     parser.add_argument("--device", default="cuda")
+    add_flag(parser)
     args = parser.parse_args()
     torch.use_deterministic_algorithms(True)
     for n in args.n:
-        print(json.dumps(_row(n, args)), flush=True)
+        row = _row(n, args)
+        print(json.dumps(row), flush=True)
+        record("bench_torch_gpu", row, ["device", "n", "hidden", "batch", "budget"], args=args)
 
 
 if __name__ == "__main__":
