@@ -12,6 +12,7 @@ import pytest
 
 from asyncckpt import AsyncCheckpointer, HostMemoryStorage, InvalidValueError
 from asyncckpt._memory.numa import check_node, hwloc_tiers, memory_nodes
+from asyncckpt.cli import main
 from asyncckpt.storage import WrapperStorage
 from workloads import Forward, Leapfrog, Reverse, forward_reverse, store_all_reference
 
@@ -228,6 +229,17 @@ def test_the_default_bound_keeps_the_numa_tier_and_spills_beyond_it(monkeypatch)
         assert exact_run(model, ckp)
         first, spill = ckp.plan.level2
     assert first == f"HostMemoryStorage(node={NODE})" and spill.startswith("FileStorage(")
+
+
+@binds
+def test_nodes_prints_each_node_with_its_size_and_measured_rates(capsys):
+    assert main(["nodes", "--mib", "1", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()[2:2 + len(memory_nodes())]]
+    assert [int(row[0]) for row in rows] == memory_nodes()
+    for row in rows:
+        size, free, write, read = map(float, row[1:5])
+        assert size >= free > 0 and write > 0 and read > 0, row
 
 
 #: what hwloc 2.13's ``lstopo --of xml`` says of a Xeon Max node in flat mode (abridged)
