@@ -185,14 +185,15 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     for node in nodes:
         try:
             memory = numa.node_memory(node)
-            size, free = f"{memory.total / 2**30:.1f}", f"{memory.free / 2**30:.1f}"
+            size, free, available = (f"{value / 2**30:.1f}" for value in
+                                     (memory.total, memory.free, memory.available))
         except ValueError:
-            size = free = "-"
+            size = free = available = "-"
         write, read = _node_rates(node, args.mib, args.repeats)
-        rows.append([str(node), size, free, write, read, kernel.get(node, "-"),
+        rows.append([str(node), size, free, available, write, read, kernel.get(node, "-"),
                      hwloc.get(node, "-"), " ".join(map(str, numa.distances(node))) or "-"])
-    print(_table(rows, ["node", "GiB", "free GiB", "write GB/s", "read GB/s", "kernel tier",
-                        "hwloc", "distances"]))
+    print(_table(rows, ["node", "GiB", "free GiB", "available GiB", "write GB/s", "read GB/s",
+                        "kernel tier", "hwloc", "distances"]))
     print(f"rates: one state of {args.mib / 2**20:.2f} MiB copied into and out of the node's "
           f"memory by this thread, median of {args.repeats}; use l1_node=N for Level-1 and "
           "storage='numa:N' for Level-2 (docs/numa.md)")

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from ..errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["NodeMemory", "bind", "check_node", "distances", "hwloc_tiers", "kernel_tiers",
@@ -139,21 +141,42 @@ def node_of(address: int) -> int | None:
 
 @dataclass(frozen=True)
 class NodeMemory:
-    """One node's memory in bytes: all of it and what is free now."""
+    """One node's memory in bytes: all of it, what is free now, and what is available (free,
+    and the page cache and kernel caches the kernel would reclaim for a fault there)."""
 
     node: int
     total: int
     free: int
+    available: int
+
+
+#: what a node's meminfo lists that the kernel can reclaim (``Shmem``, counted among the file
+#: pages, cannot be)
+_RECLAIMABLE = {"FilePages": 1, "SReclaimable": 1, "Shmem": -1}
 
 
 def node_memory(node: int) -> NodeMemory:
-    """``node``'s memory (libnuma's ``numa_node_size64``)."""
+    """``node``'s memory: its size and free bytes from libnuma (``numa_node_size64``), what is
+    available from the kernel's meminfo of the node (the free bytes where it has none); on a
+    machine of one node, at least the system's size and available memory."""
     free = ctypes.c_longlong()
     total = _libnuma().numa_node_size64(node, ctypes.byref(free))
     if total < 0:
         raise InvalidValueError(f"libnuma cannot size NUMA node {node}; this machine's nodes "
                                 f"with memory: {_listed(memory_nodes())}")
-    return NodeMemory(node, int(total), int(free.value))
+    available = free.value
+    try:
+        for line in (SYSFS / f"node{node}" / "meminfo").read_text().splitlines():
+            _, _, name, value, *_ = line.replace(":", " ").split() + ["", ""]
+            available += _RECLAIMABLE.get(name, 0) * int(value or 0) * 1024
+    except (OSError, ValueError):
+        available = free.value
+    if memory_nodes() == [node]:
+        # the only node holds all memory; some virtual machines' node counts miss memory
+        # added after boot, which the system's count has
+        system = psutil.virtual_memory()
+        total, available = max(total, system.total), max(available, system.available)
+    return NodeMemory(node, int(total), int(free.value), max(int(free.value), available))
 
 
 def kernel_tiers() -> dict[int, str]:

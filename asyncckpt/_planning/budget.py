@@ -52,12 +52,12 @@ def check_node_holds(node: int | None, memory: "MemoryPlan", l1_slots: int, in_l
     need = memory.l1_bytes(l1_slots, in_level1)
     if not slots_fixed and memory.budget is not None:
         need = max(need, memory.budget.buffers * padded(memory.nbytes))
-    free = node_memory(node).free + POOL.nbytes  # the pool's may be the node's
-    if need > free:
+    available = node_memory(node).available + POOL.nbytes  # the pool's may be the node's
+    if need > available:
         hint = "" if slots_fixed else ", or fix l1_slots (\"auto\" may give slots the budget)"
         raise MemoryBudgetError(
             f"Level-1 may need {need} bytes on NUMA node {node} (l1_node={node}), which has "
-            f"{free} free: give fewer l1_slots or a smaller memory_budget{hint}")
+            f"{available} available: give fewer l1_slots or a smaller memory_budget{hint}")
 
 
 def _bound_source() -> str:

@@ -114,7 +114,7 @@ class HostMemoryStorage(Storage):
         """
         need = nbytes * count
         free = (psutil.virtual_memory().available if self.node is None
-                else node_memory(self.node).free)
+                else node_memory(self.node).available)
         available = free + POOL.nbytes  # the pool's is ours
         if need > available:
             raise StorageFullError(

@@ -14,6 +14,7 @@ from asyncckpt import AsyncCheckpointer, HostMemoryStorage, InvalidValueError
 from asyncckpt._memory.numa import check_node, hwloc_tiers, memory_nodes
 from asyncckpt.cli import main
 from asyncckpt.storage import WrapperStorage
+from asyncckpt.testing import StorageTests
 from workloads import Forward, Leapfrog, Reverse, forward_reverse, store_all_reference
 
 pytestmark = pytest.mark.timeout(60)
@@ -238,8 +239,8 @@ def test_nodes_prints_each_node_with_its_size_and_measured_rates(capsys):
     rows = [line.split() for line in out.splitlines()[2:2 + len(memory_nodes())]]
     assert [int(row[0]) for row in rows] == memory_nodes()
     for row in rows:
-        size, free, write, read = map(float, row[1:5])
-        assert size >= free > 0 and write > 0 and read > 0, row
+        size, free, available, write, read = map(float, row[1:6])
+        assert size >= available >= free > 0 and write > 0 and read > 0, row
 
 
 #: what hwloc 2.13's ``lstopo --of xml`` says of a Xeon Max node in flat mode (abridged)
@@ -339,3 +340,21 @@ def test_a_level1_larger_than_its_node_is_refused_before_any_fault(tmp_path):
     with pytest.raises(MemoryBudgetError, match="fix l1_slots"):
         AsyncCheckpointer(model, Forward(model), Reverse(model), 100, **options)
     AsyncCheckpointer(model, Forward(model), Reverse(model), 100, l1_slots=4, **options).close()
+
+
+@binds
+class TestNumaTier(StorageTests):
+    """The shipped conformance suite on a node's memory."""
+
+    def make_storage(self, tmp_path: Path) -> HostMemoryStorage:
+        return HostMemoryStorage(NODE)
+
+    def test_its_config_rebuilds_it_on_its_node(self, tmp_path: Path) -> None:
+        from asyncckpt.storage import from_config
+
+        storage = self.make_storage(tmp_path)
+        assert storage.get_config() == {"name": "HostMemoryStorage", "node": NODE}
+        rebuilt = from_config(storage.get_config())
+        assert rebuilt.node == NODE and repr(rebuilt) == f"HostMemoryStorage(node={NODE})"
+        storage.close()
+        rebuilt.close()
