@@ -158,7 +158,7 @@ def level2_path(storage: str | os.PathLike[str]) -> str | os.PathLike[str]:
 
 def per_rank(storage: Any, rank: int) -> Any:
     """A Level-2 spec with every path replaced by a private directory of this rank under it
-    (``rank00003``); "dram", None and Storage objects stay as they are."""
+    (``rank00003``); "dram", "numa:N", None and Storage objects stay as they are."""
     if isinstance(storage, Sequence) and not isinstance(storage, str):
         return [per_rank(tier, rank) for tier in storage]
     if _in_memory(storage):
