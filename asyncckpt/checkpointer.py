@@ -59,22 +59,21 @@ class AsyncCheckpointer:
         "adaptive": the next state goes once the last write is done, never within the interval
         "auto" chooses (what "auto" means for unknown n).
     storage : None, str, os.PathLike, Storage or list of those
-        Level-2: None (host DRAM), a path (a :class:`~asyncckpt.storage.FileStorage` there), a
-        Storage (which the checkpointer leaves open), or a list of those: tiers, fastest first.
-        None or "dram" (alone or a tier) without a budget: host memory holds at most
+        Level-2: None or "dram" (host DRAM), "numa:N" (host memory of NUMA node N), a path (a
+        :class:`~asyncckpt.storage.FileStorage` there), a Storage (left open), or a list of
+        those: tiers, fastest first. Host memory named without a budget holds at most
         ``$ASYNCCKPT_MEMORY_BUDGET``, else a quarter of the memory available (slots and buffers
-        beyond it a MemoryBudgetError, DRAM Level-2 in the rest); states beyond spill to the
-        next tier, or to the temporary directory.
+        beyond it a MemoryBudgetError, Level-2 in the rest); states beyond spill to the next
+        tier, or to the temporary directory.
     memory_budget : int or str, optional
         The memory it may hold ("8GiB"), Level-1 and the in-memory tier of Level-2 together
         (the rest spills to the temporary directory); on a device, device memory.
     host_memory_budget : int or str, optional
         States on a device: the page-locked host memory Level-2 may hold (default: with
         ``storage=None`` the bound above, else unbounded).
-    staging_buffers : int
-        Level-2 writes that may be in flight before the forward sweep waits (default 2).
-    io_threads : int
-        Background I/O threads (default 1).
+    staging_buffers, io_threads : int
+        Level-2 writes that may be in flight before the forward sweep waits (default 2), and
+        background I/O threads (default 1).
     transfers : {"auto", "background", "inline"}
         Level-2 transfers on the I/O threads, or on the caller's thread for tiny states.
     verify : bool
@@ -98,6 +97,8 @@ class AsyncCheckpointer:
     transfer_timeout : float, optional
         Seconds past which a Level-2 transfer the caller waits for means a stalled device: a
         :class:`~asyncckpt.TransferError` (default 60, more for a slow one; docs/reliability.md).
+    l1_node : int, optional
+        The NUMA node Level-1's slots, staging and prefetch buffers are bound to (docs/numa.md).
 
     Notes
     -----
@@ -115,7 +116,7 @@ class AsyncCheckpointer:
         transfers: str = "auto", verify: bool = True, compression: Any = None,
         on_level2_error: str = "raise", blas_threads: int | None = None,
         taping: bool | None = None, keep_trace: bool = False, comm: Any = None,
-        transfer_timeout: float | None = None,
+        transfer_timeout: float | None = None, l1_node: int | None = None,
     ) -> None:
         self._closed = True  # until construction succeeds
         self._calls = CallGuard()
@@ -128,7 +129,7 @@ class AsyncCheckpointer:
             io_threads=io_threads, transfers=transfers, verify=verify, compression=compression,
             dtype=self.dtype, on_level2_error=on_level2_error, blas_threads=blas_threads,
             taping=decide_taping(taping, checkpoint, fwd_operator, rev_operator),
-            keep_trace=keep_trace, transfer_timeout=transfer_timeout)
+            keep_trace=keep_trace, transfer_timeout=transfer_timeout, l1_node=l1_node)
         self.n_timesteps, self.keep_trace = options.n_timesteps, options.keep_trace
         #: the actions the last run executed (with ``keep_trace=True``)
         self.trace: list[Action] = []
@@ -243,8 +244,7 @@ class AsyncCheckpointer:
     def _abandon_run(self) -> None:
         self._parts.engine.discard()
         self._parts.level1.abandon()
-        self._actions = None
-        self._phase = "idle"
+        self._actions, self._phase = None, "idle"
 
     def close(self) -> None:
         """Stop the I/O threads and release Level-2 (delete its files); safe to call twice.

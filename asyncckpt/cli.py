@@ -1,4 +1,4 @@
-"""The command line: ``python -m asyncckpt {simulate,tune,bench-storage}``."""
+"""The command line: ``python -m asyncckpt {simulate,tune,bench-storage,nodes}``."""
 from __future__ import annotations
 
 import argparse
@@ -17,9 +17,10 @@ from schedules.model import (
     predict_store_all,
 )
 
+from ._memory import numa
 from ._memory.buffers import aligned_buffer, copy_out
 from ._planning.calibrate import measure_transfer
-from .storage import Storage, open_storage
+from .storage import HostMemoryStorage, Storage, open_storage
 
 __all__ = ["main", "build_parser"]
 
@@ -162,6 +163,46 @@ def cmd_bench_storage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _node_rates(node: int, nbytes: int, repeats: int) -> tuple[str, str]:
+    """Write and read rates of one state in ``node``'s memory, as the calibration measures a
+    ``"numa:N"`` tier (from and to this thread's memory); dashes where it cannot be bound."""
+    try:
+        storage = HostMemoryStorage(node)
+    except ValueError as exc:
+        print(f"node {node}: {exc}", file=sys.stderr)
+        return "-", "-"
+    try:
+        tw, tr = measure_transfer(storage, nbytes, repeats=repeats)
+    finally:
+        storage.close()
+    return f"{nbytes / tw / 1e9:.2f}", f"{nbytes / tr / 1e9:.2f}"
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    nodes = numa.memory_nodes()
+    kernel, hwloc = numa.kernel_tiers(), numa.hwloc_tiers()
+    rows = []
+    for node in nodes:
+        try:
+            memory = numa.node_memory(node)
+            size, free, available = (f"{value / 2**30:.1f}" for value in
+                                     (memory.total, memory.free, memory.available))
+        except ValueError:
+            size = free = available = "-"
+        write, read = _node_rates(node, args.mib, args.repeats)
+        rows.append([str(node), size, free, available, write, read, kernel.get(node, "-"),
+                     hwloc.get(node, "-"), " ".join(map(str, numa.distances(node))) or "-"])
+    print(_table(rows, ["node", "GiB", "free GiB", "available GiB", "write GB/s", "read GB/s",
+                        "kernel tier", "hwloc", "distances"]))
+    print(f"rates: one state of {args.mib / 2**20:.2f} MiB copied into and out of the node's "
+          f"memory by this thread, median of {args.repeats}; use l1_node=N for Level-1 and "
+          "storage='numa:N' for Level-2 (docs/numa.md)")
+    if not hwloc:
+        print("hwloc: lstopo-no-graphics not found (install hwloc 2.10 or later for its tier "
+              "names)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``python -m asyncckpt``."""
     parser = argparse.ArgumentParser(prog="python -m asyncckpt", description=__doc__)
@@ -192,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "the performance model predicts fastest, with its predicted time "
                           "against store-all and Revolve.")
     tune.add_argument("--storage", default="dram",
-                      help="'dram' or a directory on the device (default dram)")
+                      help="'dram', 'numa:N' (NUMA node N's memory) or a directory on the "
+                           "device (default dram)")
     tune.add_argument("--mib", type=_mib, default=8 * 2**20, help="state size in MiB (default 8)")
     tune.add_argument("--tf", type=_seconds, required=True, help="seconds per forward step")
     tune.add_argument("--tb", type=_seconds, required=True,
@@ -215,6 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--total-gib", type=float, default=1.0,
                        help="GiB to write in all (default 1)")
     bench.set_defaults(func=cmd_bench_storage)
+
+    nodes = sub.add_parser("nodes", help="the machine's NUMA nodes: sizes, free memory, copy "
+                           "rates and memory tiers",
+                           description="List the NUMA nodes with memory: their size, free "
+                           "memory, the rates at which a state is copied into and out of each "
+                           "(as the calibration measures a 'numa:N' tier), the kernel's memory "
+                           "tier and hwloc's names where hwloc is installed.")
+    nodes.add_argument("--mib", type=_mib, default=64 * 2**20,
+                       help="state size in MiB (default 64)")
+    nodes.add_argument("--repeats", type=_positive_int, default=5,
+                       help="measurements, median taken (default 5)")
+    nodes.set_defaults(func=cmd_nodes)
     return parser
 
 

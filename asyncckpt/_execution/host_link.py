@@ -27,10 +27,13 @@ class HostLink:
         Copy states of :data:`~asyncckpt._memory.buffers.SPLIT_COPY_BYTES` or more in two
         halves, one on a helper thread of the link's own (ended by :meth:`close`): a copy of a
         state is bound by one core's memory bandwidth, and the caller waits for every one.
+    node : int, optional
+        The NUMA node its slots, staging and prefetch buffers are bound to (None: unbound).
     """
 
-    def __init__(self, *, split_copies: bool = False) -> None:
+    def __init__(self, *, split_copies: bool = False, node: int | None = None) -> None:
         self.device: Device | None = None
+        self.node = node
         self._split_copies = split_copies
         self._helper: ThreadPoolExecutor | None = None
 
@@ -39,19 +42,19 @@ class HostLink:
 
     def slot(self, nbytes: int) -> Any:
         """A Level-1 slot for a state of at most ``nbytes`` bytes."""
-        return POOL.aligned(nbytes)
+        return POOL.aligned(nbytes, self.node)
 
     def slots(self, nbytes: int, count: int) -> list[Any]:
         """``count`` Level-1 slots at once, the fresh ones faulted in on several threads."""
-        return POOL.make(nbytes, count)
+        return POOL.make(nbytes, count, self.node)
 
     def release(self, buffers: list[Any]) -> None:
         """Let slots and engine buffers go (to the process's pool, for the next checkpointer)."""
-        POOL.give(buffers)
+        POOL.give(buffers, self.node)
 
     def staging_buffer(self, nbytes: int) -> np.ndarray:
         """A host buffer a Level-2 write is staged in."""
-        return POOL.aligned(nbytes)
+        return POOL.aligned(nbytes, self.node)
 
     prefetch_buffer = staging_buffer
 

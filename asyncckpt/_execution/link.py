@@ -105,8 +105,8 @@ def measure_copy(link: Link, arrays: Sequence[Any], targets: Sequence[Any],
     return statistics.median(times)
 
 
-def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
-             transfers: str) -> tuple[Link, list[Any], str]:
+def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype, transfers: str,
+             node: int | None = None) -> tuple[Link, list[Any], str]:
     """The link of a checkpointer whose state u_0 is ``checkpoint.get_data(0)``: a
     :class:`DeviceLink` where its arrays are on a device, else a :class:`HostLink`; with
     u_0's arrays, checked against ``nbytes`` and ``dtype``, and where Level-2 transfers run (on
@@ -114,10 +114,15 @@ def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
     be smaller than ``nbytes``: states may differ in size, the descriptor's being the
     largest. u_0's locations (``get_data_location(0)``) are checked too, unless the descriptor's
     ``locations_checked_in_run`` says to ask for none ahead of a load (pyrevolve's Revolver
-    asks as pyrevolve does): then at their first load."""
+    asks as pyrevolve does): then at their first load. ``node``: the NUMA node host buffers are
+    bound to (``l1_node``; Level-1 on a device refuses one)."""
     first = checkpoint.get_data(0)
     device = device_of(first) if isinstance(first, (list, tuple)) else None
     if device is not None:
+        if node is not None:
+            raise InvalidValueError(
+                f"l1_node={node} binds host memory to a NUMA node, but Level-1 is on "
+                f"{device.name}; leave l1_node out, or give 'numa:{node}' as Level-2")
         first = device.adapt(first)
         if transfers == "inline":
             raise InvalidValueError(
@@ -134,6 +139,6 @@ def link_for(checkpoint: Any, nbytes: int, dtype: np.dtype,
         check_arrays(locations, nbytes, dtype, "checkpoint.get_data_location(0)",
                      exact=False, device=device)
     # a run of small states never asks whether to split a copy
-    link: Link = (HostLink(split_copies=nbytes >= SPLIT_COPY_BYTES) if device is None
-                  else DeviceLink(device))
+    link: Link = (HostLink(split_copies=nbytes >= SPLIT_COPY_BYTES, node=node)
+                  if device is None else DeviceLink(device))
     return link, first, transfers

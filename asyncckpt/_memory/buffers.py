@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InvalidValueError
+from .numa import bind
 
 __all__ = ["PAGE", "HUGE_PAGE", "SPLIT_COPY_BYTES", "aligned_buffer", "touched", "padded",
            "copy_out", "copy_in", "copy_halves", "copy_pieces", "check_size"]
@@ -45,26 +46,34 @@ def _advise(mapping: mmap.mmap, offset: int, nbytes: int) -> None:
                 pass  # huge pages disabled: ordinary pages still work
 
 
-def _mapped(nbytes: int) -> np.ndarray:
+def _mapped(nbytes: int, node: int | None = None) -> np.ndarray:
     """``nbytes`` of untouched anonymous memory on a huge-page boundary, its whole huge pages
     advised to use them (faulting them in runs several times faster than with 4 KiB pages),
-    so that the kernel backs exactly ``padded(nbytes)`` bytes of it.
+    so that the kernel backs exactly ``padded(nbytes)`` bytes of it; with ``node``, bound to
+    that NUMA node before any page is touched. Buffers under a huge page start on a page.
     The mapping is unmapped when the array is collected."""
-    mapping = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    huge = nbytes >= HUGE_PAGE
+    mapping = mmap.mmap(-1, padded(nbytes) + (HUGE_PAGE if huge else 0),
+                        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     raw = np.frombuffer(mapping, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % HUGE_PAGE
-    _advise(mapping, offset, padded(nbytes))
+    if node is not None:
+        bind(raw.ctypes.data, len(mapping), node)
+    offset = (-raw.ctypes.data) % HUGE_PAGE if huge else 0
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        _advise(mapping, offset, padded(nbytes))
     return raw[offset:offset + nbytes]
 
 
-def touched(nbytes: int, align: int = 64) -> np.ndarray:
-    """Return a zero-filled uint8 array of ``nbytes`` starting on an ``align``-byte boundary.
+def touched(nbytes: int, align: int = 64, node: int | None = None) -> np.ndarray:
+    """Return a zero-filled uint8 array of ``nbytes`` starting on an ``align``-byte boundary;
+    with ``node``, in pages of that NUMA node (a mapping of its own, whatever its size: heap
+    pages are shared with other allocations and cannot be bound).
 
     Filling touches every page now, so the run never pays for first-touch page faults (fresh
     memory copies an order of magnitude slower than touched memory).
     """
-    if nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
-        buffer = _mapped(nbytes)
+    if node is not None or (nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE")):
+        buffer = _mapped(nbytes, node)
     else:
         raw = np.empty(nbytes + align, dtype=np.uint8)
         offset = (-raw.ctypes.data) % align
@@ -73,10 +82,10 @@ def touched(nbytes: int, align: int = 64) -> np.ndarray:
     return buffer
 
 
-def aligned_buffer(nbytes: int) -> np.ndarray:
+def aligned_buffer(nbytes: int, node: int | None = None) -> np.ndarray:
     """Return a zero-filled uint8 array of ``padded(nbytes)`` bytes starting on a page boundary
-    (what O_DIRECT needs)."""
-    return touched(padded(nbytes), align=PAGE)
+    (what O_DIRECT needs), with ``node`` in pages of that NUMA node."""
+    return touched(padded(nbytes), align=PAGE, node=node)
 
 
 def copy_out(arrays: Sequence[np.ndarray], buffer: np.ndarray) -> None:

@@ -30,7 +30,7 @@ FAULT_THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched
 
 
 class MemoryPool:
-    """Buffers kept by size, at most ``limit_bytes`` in all.
+    """Buffers kept by NUMA node (None: unbound) and size, at most ``limit_bytes`` in all.
 
     Parameters
     ----------
@@ -41,7 +41,7 @@ class MemoryPool:
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
         self._lock = threading.Lock()
-        self._by_size: dict[int, list[np.ndarray]] = {}
+        self._by_size: dict[tuple[int | None, int], list[np.ndarray]] = {}
         self._held = 0
         # buffers faulted in fresh through :meth:`aligned`, and the seconds that took, ever
         self._made = 0
@@ -53,29 +53,31 @@ class MemoryPool:
         with self._lock:
             return self._held
 
-    def count(self, nbytes: int) -> int:
-        """How many kept buffers :meth:`take` could give for ``nbytes``."""
+    def count(self, nbytes: int, node: int | None = None) -> int:
+        """How many kept buffers :meth:`take` could give for ``nbytes`` on ``node``."""
         with self._lock:
             sizes = {nbytes, padded(nbytes)}
-            return sum(len(self._by_size.get(size, ())) for size in sizes)
+            return sum(len(self._by_size.get((node, size), ())) for size in sizes)
 
-    def take(self, nbytes: int) -> np.ndarray | None:
-        """A kept buffer able to hold ``nbytes`` (of that size or of it padded to pages), or None."""
+    def take(self, nbytes: int, node: int | None = None) -> np.ndarray | None:
+        """A kept buffer able to hold ``nbytes`` (of that size or of it padded to pages) bound
+        to ``node`` (None: unbound), or None."""
         with self._lock:
             for size in (nbytes, padded(nbytes)):
-                kept = self._by_size.get(size)
+                kept = self._by_size.get((node, size))
                 if kept:
                     self._held -= size
                     return kept.pop()
         return None
 
-    def give(self, buffers: list[np.ndarray]) -> None:
-        """Keep ``buffers`` while they fit under the limit."""
+    def give(self, buffers: list[np.ndarray], node: int | None = None) -> None:
+        """Keep ``buffers``, bound to ``node`` (None: unbound), while they fit under the
+        limit."""
         with self._lock:
             for buffer in buffers:
                 if self._held + buffer.nbytes > self.limit_bytes:
                     break
-                self._by_size.setdefault(buffer.nbytes, []).append(buffer)
+                self._by_size.setdefault((node, buffer.nbytes), []).append(buffer)
                 self._held += buffer.nbytes
 
     def keep_at_most(self, nbytes: int, count: int) -> None:
@@ -83,8 +85,9 @@ class MemoryPool:
         budgeted checkpointer cannot use beside the buffers it holds is not to stay resident
         on its account."""
         with self._lock:
-            for size in dict.fromkeys((nbytes, padded(nbytes))):
-                kept = self._by_size.get(size, [])
+            sizes = dict.fromkeys((nbytes, padded(nbytes)))
+            for key in [key for key in self._by_size if key[1] in sizes]:  # every node's
+                kept = self._by_size[key]
                 while len(kept) > count:
                     self._held -= kept.pop().nbytes
                 count -= len(kept)
@@ -98,27 +101,27 @@ class MemoryPool:
         trim_heap()
         return released
 
-    def aligned(self, nbytes: int) -> np.ndarray:
-        """A page-aligned, touched buffer of ``padded(nbytes)`` bytes: a kept one, else new (its
-        first touch counted in :meth:`faults`)."""
-        kept = self.take(padded(nbytes))
+    def aligned(self, nbytes: int, node: int | None = None) -> np.ndarray:
+        """A page-aligned, touched buffer of ``padded(nbytes)`` bytes on ``node`` (None:
+        unbound): a kept one, else new (its first touch counted in :meth:`faults`)."""
+        kept = self.take(padded(nbytes), node)
         if kept is not None:
             return kept
         start = time.perf_counter()
-        buffer = aligned_buffer(nbytes)
+        buffer = aligned_buffer(nbytes, node)
         elapsed = time.perf_counter() - start
         with self._lock:
             self._made += 1
             self._made_s += elapsed
         return buffer
 
-    def make(self, nbytes: int, count: int) -> list[np.ndarray]:
-        """``count`` page-aligned, touched buffers of ``padded(nbytes)`` bytes: kept ones first,
-        the rest faulted in on :data:`FAULT_THREADS` threads at once where they are of a huge
-        page or more (counted in :meth:`faults` at the wall time they took, what the caller
-        waited)."""
+    def make(self, nbytes: int, count: int, node: int | None = None) -> list[np.ndarray]:
+        """``count`` page-aligned, touched buffers of ``padded(nbytes)`` bytes on ``node``
+        (None: unbound): kept ones first, the rest faulted in on :data:`FAULT_THREADS` threads
+        at once where they are of a huge page or more (counted in :meth:`faults` at the wall
+        time they took, what the caller waited)."""
         buffers: list[np.ndarray] = []
-        while len(buffers) < count and (kept := self.take(padded(nbytes))) is not None:
+        while len(buffers) < count and (kept := self.take(padded(nbytes), node)) is not None:
             buffers.append(kept)
         missing = count - len(buffers)
         if missing <= 0:
@@ -128,10 +131,10 @@ class MemoryPool:
         # (the LSTM's 150 KiB states) handing each buffer to a thread costs more than its faults
         threads = min(FAULT_THREADS, missing) if padded(nbytes) >= HUGE_PAGE else 1
         if threads == 1:
-            fresh = [aligned_buffer(nbytes) for _ in range(missing)]
+            fresh = [aligned_buffer(nbytes, node) for _ in range(missing)]
         else:
             with ThreadPoolExecutor(threads, thread_name_prefix="asyncckpt-fault") as pool:
-                fresh = list(pool.map(lambda _: aligned_buffer(nbytes), range(missing)))
+                fresh = list(pool.map(lambda _: aligned_buffer(nbytes, node), range(missing)))
         elapsed = time.perf_counter() - start
         with self._lock:
             self._made += missing

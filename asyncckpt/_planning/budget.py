@@ -12,12 +12,13 @@ from schedules import AsyncMultistage
 
 from .._execution.device_link import DIGEST_WORD_BYTES
 from .._memory.buffers import padded
+from .._memory.numa import node_memory
 from .._memory.pool import POOL
 from ..errors import InvalidValueError, MemoryBudgetError
 from .options import environment, parse_bytes
 
 __all__ = ["Budget", "DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "MemoryPlan", "available_memory",
-           "default_bound", "engine_buffers", "slot_candidates"]
+           "check_node_holds", "default_bound", "engine_buffers", "slot_candidates"]
 
 #: Share of the available memory a checkpointer keeps in host memory where no budget is given.
 MEMORY_SHARE = 0.25
@@ -37,6 +38,26 @@ def default_bound(available: int | None = None) -> int:
     if text is not None:
         return parse_bytes("ASYNCCKPT_MEMORY_BUDGET", text)
     return int(MEMORY_SHARE * (available_memory() if available is None else available))
+
+
+def check_node_holds(node: int | None, memory: "MemoryPlan", l1_slots: int, in_level1: bool,
+                     slots_fixed: bool) -> None:
+    """Raise unless NUMA ``node`` (``l1_node``; None: unbound) has room for the most Level-1
+    may take: ``l1_slots`` slots (and the engine's buffers) where the slots are fixed, else
+    the whole ``memory_budget``, which "auto" may give to slots. Memory bound to a node is
+    never taken from another, so a fault beyond it would not spill but fail (the kernel's
+    out-of-memory killer)."""
+    if node is None:
+        return
+    need = memory.l1_bytes(l1_slots, in_level1)
+    if not slots_fixed and memory.budget is not None:
+        need = max(need, memory.budget.buffers * padded(memory.nbytes))
+    available = node_memory(node).available + POOL.nbytes  # the pool's may be the node's
+    if need > available:
+        hint = "" if slots_fixed else ", or fix l1_slots (\"auto\" may give slots the budget)"
+        raise MemoryBudgetError(
+            f"Level-1 may need {need} bytes on NUMA node {node} (l1_node={node}), which has "
+            f"{available} available: give fewer l1_slots or a smaller memory_budget{hint}")
 
 
 def _bound_source() -> str:

@@ -25,7 +25,7 @@ from ..stats import Stats
 from ..storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
                        open_level2)
 from .auto import AutoPlanner
-from .budget import MemoryPlan
+from .budget import MemoryPlan, check_node_holds
 from .calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
 from .options import Options
 from .plan import Planner
@@ -112,11 +112,13 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
                 f"on_level2_error='recompute' under MPI ({ranks.size} ranks): a rank rebuilding "
                 "a lost state would re-run forward steps alone while its peers wait for it in "
                 "their own calls (halo exchanges); use 'raise', which raises on every rank")
-        link, first, transfers = link_for(checkpoint, nbytes, dtype, options.transfers)
+        link, first, transfers = link_for(checkpoint, nbytes, dtype, options.transfers,
+                                          options.l1_node)
         level1 = Level1(nbytes, link)
         memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks,
                                  default_storage=names_host_memory(storage))
         slots, in_level1 = memory.split(options.l1_slots, options.interval)
+        check_node_holds(options.l1_node, memory, slots, in_level1, options.l1_slots is not None)
         bounded = memory.bounds_level2(in_level1)
         spec = level2_spec(storage, bounded, by_default=memory.default_bound is not None)
         raw, owns = open_level2(ranks.storage_spec(spec), link.device, bounded=bounded)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from schedules._args import check_bool, check_int
 
+from .._memory.numa import check_node
 from ..compression import Codec, MissingCodecError, make_codec
 from ..errors import InvalidTypeError, InvalidValueError, UsageError
 
@@ -188,6 +189,8 @@ class Options:
     taping_reason: str = ""
     #: seconds past which a transfer the caller waits for is a stall (None: derived)
     transfer_timeout: float | None = None
+    #: the NUMA node Level-1's host buffers are bound to (None: unbound; docs/numa.md)
+    l1_node: int | None = None
 
     @property
     def adaptive(self) -> bool:
@@ -204,7 +207,7 @@ class Options:
               io_threads: object, transfers: object, verify: object, compression: object,
               dtype: object, on_level2_error: object, blas_threads: object,
               taping: Protocol, keep_trace: object,
-              transfer_timeout: object = None) -> "Options":
+              transfer_timeout: object = None, l1_node: object = None) -> "Options":
         """Check every option, raising an error that names the first bad one; ``dtype`` is the
         states' (for the codec of ``compression``), ``taping`` the protocol decided."""
         n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1, MAX_STEPS)
@@ -242,4 +245,5 @@ class Options:
             keep_trace=check_bool("keep_trace", keep_trace),
             transfer_timeout=None if transfer_timeout is None else check_seconds(
                 "transfer_timeout", transfer_timeout),
+            l1_node=None if l1_node is None else check_node(l1_node, f"l1_node={l1_node!r}"),
         )

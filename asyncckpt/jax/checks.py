@@ -12,7 +12,8 @@ import numpy as np
 from ..checkpointer import AsyncCheckpointer
 from ..compression import make_codec
 from ..errors import InvalidTypeError, InvalidValueError
-from ..planning import DEFAULT_STAGING_BUFFERS, check_int, engine_buffers, state_bytes
+from ..planning import (DEFAULT_STAGING_BUFFERS, check_int, check_node, engine_buffers,
+                        state_bytes)
 from ..storage import open_storage
 from .wire import shared_dtype
 
@@ -82,6 +83,8 @@ def check_options(options: dict[str, Any]) -> None:
         raise InvalidValueError(f"checkpoint_scan got unknown option(s) {unknown}{hint}; it takes "
                                 f"lax.scan's step, carry, xs, length and reverse, and "
                                 f"AsyncCheckpointer's {accepted}")
+    if options.get("l1_node") is not None:
+        check_node(options["l1_node"], f"l1_node={options['l1_node']!r}")
 
 
 def check_storage(storage: Any) -> None:

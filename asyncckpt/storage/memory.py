@@ -9,6 +9,7 @@ import numpy as np
 import psutil
 
 from .._memory.buffers import padded
+from .._memory.numa import check_node, node_memory, node_of
 from .._memory.pool import POOL
 from ..errors import StorageError, StorageFullError, StorageKeyError
 from .base import Storage, gib
@@ -29,12 +30,19 @@ class HostMemoryStorage(Storage):
     go to a process-wide pool (a quarter of the physical memory at most) that the next
     HostMemoryStorage draws from, so repeated checkpointers do not fault fresh memory in again;
     :func:`~asyncckpt.storage.release_memory` returns them to the operating system.
+
+    Parameters
+    ----------
+    node : int, optional
+        The NUMA node whose memory holds the states (``storage="numa:N"``; docs/numa.md);
+        default: wherever the kernel places them.
     """
 
     holds_process_memory = True
     fresh_s = 0.0
 
-    def __init__(self) -> None:
+    def __init__(self, node: int | None = None) -> None:
+        self.node = None if node is None else check_node(node, f"HostMemoryStorage(node={node!r})")
         self._lock = threading.Lock()
         self._stored: dict[int, np.ndarray] = {}
         # freed buffers by their (page-padded) size, for the next state of that size
@@ -43,11 +51,12 @@ class HostMemoryStorage(Storage):
         self.fresh_s = 0.0  # buffers from the pool or fresh pages: what a kept buffer avoids
 
     def __repr__(self) -> str:
-        return "HostMemoryStorage()"
+        node = "" if self.node is None else f"node={self.node}"
+        return f"HostMemoryStorage({node})"
 
     def _fresh(self, nbytes: int) -> np.ndarray:
         start = time.perf_counter()
-        buffer = POOL.aligned(nbytes)  # one a closed backend left in the pool, else new
+        buffer = POOL.aligned(nbytes, self.node)  # one a closed backend left, else new
         elapsed = time.perf_counter() - start
         with self._lock:
             self.fresh_s += elapsed
@@ -55,7 +64,10 @@ class HostMemoryStorage(Storage):
 
     def get_config(self) -> dict[str, Any] | None:
         """Describe the backend as a plain dict."""
-        return {"name": "HostMemoryStorage"}
+        config: dict[str, Any] = {"name": "HostMemoryStorage"}
+        if self.node is not None:
+            config["node"] = self.node
+        return config
 
     @property
     def nbytes_held(self) -> int:
@@ -90,7 +102,7 @@ class HostMemoryStorage(Storage):
 
     def _let_go(self, buffers: list[np.ndarray]) -> None:
         """Hand buffers no longer held to the process pool, for the next that needs one."""
-        POOL.give(buffers)
+        POOL.give(buffers, self.node)
 
     def reserve(self, nbytes: int, count: int) -> None:
         """Check that ``count`` states of ``nbytes`` fit in the available memory.
@@ -101,7 +113,9 @@ class HostMemoryStorage(Storage):
         overlap the computation instead of delaying the run's start.
         """
         need = nbytes * count
-        available = psutil.virtual_memory().available + POOL.nbytes  # the pool's is ours
+        free = (psutil.virtual_memory().available if self.node is None
+                else node_memory(self.node).available)
+        available = free + POOL.nbytes  # the pool's is ours
         if need > available:
             raise StorageFullError(
                 f"HostMemoryStorage.reserve: {count} states of {nbytes} bytes need {gib(need)}, "
@@ -139,8 +153,9 @@ class HostMemoryStorage(Storage):
         same size in exchange: in DRAM the staging copy already is the transfer, so handing the
         buffer over saves a second memory copy per store. A state that fills less of the buffer
         than a page-padded copy of it would is copied instead, so that every state is held at
-        its own size."""
-        if padded(nbytes) < buffer.nbytes:
+        its own size, and so is a buffer of another NUMA node than this backend's (a Level-1
+        bound by ``l1_node``), so that each keeps its memory where it was put."""
+        if padded(nbytes) < buffer.nbytes or node_of(buffer.ctypes.data) != self.node:
             self.put(key, buffer[:nbytes])
             return buffer
         return self._store("adopt", key, buffer.nbytes, buffer)

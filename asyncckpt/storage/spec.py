@@ -4,11 +4,13 @@ from their config dicts."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .._memory.numa import check_node
 from ..errors import InvalidTypeError, InvalidValueError
 from .base import Storage
 from .compressed import CompressedStorage
@@ -88,15 +90,39 @@ def open_storage(storage: Any, device: Any = None) -> tuple[Storage, bool]:
         return TieredStorage([t for t, _ in opened], owned=[o for _, o in opened]), True
     if storage is None or (isinstance(storage, str) and storage.strip().lower() == "dram"):
         return (HostMemoryStorage() if device is None else PinnedMemoryStorage(device)), True
+    node = numa_node(storage)
+    if node is not None:  # a node's memory is bound, not page-locked, whatever Level-1 is
+        return HostMemoryStorage(node), True
     if isinstance(storage, (str, os.PathLike)):
         return FileStorage(level2_path(storage)), True
     if isinstance(storage, Storage):
         return storage, False
     raise InvalidTypeError(
-        f"storage must be None or 'dram' (host DRAM), a path, an asyncckpt.storage.Storage "
-        f"instance, or a list of those (tiers); got {type(storage).__name__}"
-    )
+        f"storage must be None or 'dram' (host DRAM), 'numa:N' (NUMA node N's memory), a path, "
+        f"an asyncckpt.storage.Storage instance, or a list of those (tiers); got "
+        f"{type(storage).__name__}")
 
+
+_NUMA = re.compile(r"\s*numa:(.*)", re.IGNORECASE)
+
+
+def numa_node(spec: Any) -> int | None:
+    """The node N of a ``"numa:N"`` tier (any case), or None for any other spec.
+
+    Raises
+    ------
+    InvalidValueError
+        For ``"numa:"`` followed by anything but a node number.
+    """
+    match = _NUMA.fullmatch(spec) if isinstance(spec, str) else None
+    if match is None:
+        return None
+    text = match.group(1).strip()
+    if not text.isdigit():
+        raise InvalidValueError(f"storage={spec!r} is not a NUMA tier; expected 'numa:N' with N "
+                                "a node number, such as 'numa:1' (python -m asyncckpt nodes "
+                                "lists them)")
+    return check_node(int(text), f"storage={spec!r}")
 
 
 #: words that read as a kind of memory, not a directory: refused as paths, with the spelling
@@ -132,38 +158,40 @@ def level2_path(storage: str | os.PathLike[str]) -> str | os.PathLike[str]:
 
 def per_rank(storage: Any, rank: int) -> Any:
     """A Level-2 spec with every path replaced by a private directory of this rank under it
-    (``rank00003``); "dram", None and Storage objects stay as they are."""
+    (``rank00003``); "dram", "numa:N", None and Storage objects stay as they are."""
     if isinstance(storage, Sequence) and not isinstance(storage, str):
         return [per_rank(tier, rank) for tier in storage]
-    if storage is None or (isinstance(storage, str) and storage.strip().lower() == "dram"):
+    if _in_memory(storage):
         return storage
     if isinstance(storage, (str, Path)) or hasattr(storage, "__fspath__"):
         return Path(storage) / f"rank{rank:05d}"
     return storage
 
 
-def _is_dram(spec: Any) -> bool:
-    """Whether one tier's spec is host DRAM by name: None or "dram" (any case)."""
-    return spec is None or (isinstance(spec, str) and spec.strip().lower() == "dram")
+def _in_memory(spec: Any) -> bool:
+    """Whether one tier's spec is host memory by name: None, "dram" or "numa:N" (any case)."""
+    return (spec is None or (isinstance(spec, str) and spec.strip().lower() == "dram")
+            or numa_node(spec) is not None)
 
 
 def names_host_memory(storage: Any) -> bool:
-    """Whether ``storage=`` puts Level-2 in host DRAM by name: None, "dram", or tiers of which
-    one is "dram" (the memory a default bound must cover where no budget is given)."""
+    """Whether ``storage=`` puts Level-2 in host memory by name: None, "dram", "numa:N", or
+    tiers of which one is (the memory a default bound must cover where no budget is given)."""
     if isinstance(storage, (list, tuple)):
-        return any(_is_dram(spec) for spec in storage)
-    return _is_dram(storage)
+        return any(_in_memory(spec) for spec in storage)
+    return _in_memory(storage)
 
 
 def level2_spec(storage: Any, bounded: bool, *, by_default: bool = False) -> Any:
     """``storage=`` as given, or where a memory budget bounds Level-2 and none is given, host
     DRAM up to the budget and the temporary directory beyond it. ``by_default``: the bound is
-    the default one (no budget was given), and DRAM named alone (``"dram"``) spills there
-    too: the user asked for no limit, the default bound sets one."""
-    alone = (_is_dram(storage) or (isinstance(storage, (list, tuple)) and bool(storage)
-                                   and all(_is_dram(spec) for spec in storage)))
+    the default one (no budget was given), and host memory named alone (``"dram"``,
+    ``"numa:N"``: the first such tier kept) spills there too: the user asked for no limit,
+    the default bound sets one."""
+    tiers = list(storage) if isinstance(storage, (list, tuple)) else [storage]
+    alone = bool(tiers) and all(_in_memory(spec) for spec in tiers)
     if bounded and (storage is None or (by_default and alone)):
-        return ["dram", tempfile.gettempdir()]
+        return ["dram" if tiers[0] is None else tiers[0], tempfile.gettempdir()]
     return storage
 
 

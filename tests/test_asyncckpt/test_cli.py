@@ -1,4 +1,4 @@
-"""The command line: python -m asyncckpt simulate / tune / bench-storage."""
+"""The command line: python -m asyncckpt simulate / tune / bench-storage / nodes."""
 from __future__ import annotations
 
 import subprocess
@@ -52,7 +52,7 @@ def test_bad_values_exit_with_a_message(argv: list[str], message: str) -> None:
 
 
 def test_help_for_each_command() -> None:
-    for command in ("simulate", "tune", "bench-storage"):
+    for command in ("simulate", "tune", "bench-storage", "nodes"):
         done = subprocess.run([sys.executable, "-m", "asyncckpt", command, "--help"],
                               capture_output=True, text=True)
         assert done.returncode == 0 and "usage:" in done.stdout
