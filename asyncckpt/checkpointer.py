@@ -6,9 +6,11 @@ place, :func:`asyncckpt._planning.build.build`: what a run will do is decided in
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any
@@ -145,6 +147,7 @@ class AsyncCheckpointer:
         self.in_level1, self.transfers = parts.in_level1, parts.transfers
         self.transfer_costs, self.tier_costs = parts.transfer_costs, parts.tier_costs
         self._closed = False
+        _OPEN.add(self)
         self._actions: Iterator[Action] | None = None
         self._phase = "idle"  # idle -> forward-done -> idle
         self._stats = Stats()
@@ -274,9 +277,22 @@ class AsyncCheckpointer:
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
             with suppress(Exception):  # nothing to report to at interpreter teardown
+                self._parts.calls.without_threads()  # see BoundedCalls.without_threads
                 self.close()
 
     def __repr__(self) -> str:
         interval = self.interval if self._parts.runs.auto is None else repr(self._options.interval)
         return (f"AsyncCheckpointer(n_timesteps={self.n_timesteps}, l1_slots={self.l1_slots}, "
                 f"interval={interval}, storage={self.storage!r})")
+
+
+#: Checkpointers not closed yet. At the interpreter's exit they are closed while threads can
+#: still start (a finalizer run later, at teardown, could not give Level-2 calls a deadline).
+_OPEN: weakref.WeakSet[AsyncCheckpointer] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open() -> None:
+    for checkpointer in list(_OPEN):
+        with suppress(Exception):  # a run under way on another thread refuses close()
+            checkpointer.close()
