@@ -19,6 +19,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from ._args import check_int
 from ._errors import InvalidValueError
@@ -36,7 +37,7 @@ __all__ = [
     "adaptive_interval",
     "predict_tiered",
     "Level2Tier",
-    "FreshMemory",
+    "FirstTouch",
     "CodecCosts",
     "tiers_hold",
     "simulate_times",
@@ -92,7 +93,7 @@ def predict_store_all(n_steps: int, costs: Costs, *, taping: bool = True) -> Pre
 
 
 def predict_revolve(n_steps: int, snaps: int, costs: Costs, *, taping: bool = True,
-                    fresh: FreshMemory | None = None) -> Prediction:
+                    fresh: FirstTouch | None = None) -> Prediction:
     """Revolve with ``snaps`` slots: its optimal forward steps and calls, n reverse calls and one
     copy per checkpoint stored and per load (and with ``fresh``, the faults of the slots it
     touches first: at most n)."""
@@ -194,47 +195,15 @@ class IntervalChoice:
     store_all: Prediction
 
 
-@dataclass(frozen=True, slots=True)
-class FreshMemory:
-    """The price of memory a run touches for the first time.
+class FirstTouch(Protocol):
+    """The price of memory a run touches for the first time, as the runtime knows it (the
+    runtime's ``FreshMemory`` prices page faults): ``slots_s(slots)``, the seconds a run's first
+    ``slots`` Level-1 slots add on the main thread, and ``split(tiers, slots)``, Level-2's tiers
+    with the states whose first touch lengthens their writes as tiers of their own."""
 
-    The first ``warm`` state buffers a run uses are already faulted in (kept from an earlier
-    run); each further one costs ``fault_s`` seconds when first touched. Level-1 slots take
-    them first, on the main thread, so their faults add to the run; states of an in-memory
-    Level-2 tier take the rest, on the transfer thread, so their faults lengthen those writes.
-    """
+    def slots_s(self, slots: int) -> float: ...
 
-    warm: int
-    fault_s: float
-
-    def __post_init__(self) -> None:
-        check_int("FreshMemory.warm", self.warm, 0)
-        value = self.fault_s
-        if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                or not math.isfinite(value) or value < 0):
-            raise InvalidValueError(f"FreshMemory.fault_s must be a finite number of seconds "
-                                    f">= 0, got {self.fault_s!r}")
-
-    def slots_s(self, slots: int) -> float:
-        """Seconds of faults for ``slots`` Level-1 slots."""
-        return max(0, slots - self.warm) * self.fault_s
-
-    def split(self, tiers: Sequence[Level2Tier], slots: int) -> list[Level2Tier]:
-        """``tiers`` with each in-memory tier split into its warm states and its fresh ones
-        (written in ``tw + fault_s``), once ``slots`` slots have taken their share."""
-        warm, split = max(0, self.warm - slots), []
-        for tier in tiers:
-            if not tier.in_memory:
-                split.append(tier)
-                continue
-            kept = warm if tier.capacity is None else min(warm, tier.capacity)
-            warm -= kept
-            fresh = None if tier.capacity is None else tier.capacity - kept
-            if kept:
-                split.append(replace(tier, capacity=kept))
-            if fresh != 0:
-                split.append(replace(tier, capacity=fresh, tw=tier.tw + self.fault_s))
-        return split
+    def split(self, tiers: Sequence[Level2Tier], slots: int) -> list[Level2Tier]: ...
 
 
 def _tier_shares(stores: int, tiers: Sequence[Level2Tier]) -> list[tuple[Level2Tier, int]]:
@@ -254,7 +223,7 @@ def _tier_shares(stores: int, tiers: Sequence[Level2Tier]) -> list[tuple[Level2T
 
 def predict_tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
                    tiers: Sequence[Level2Tier], *, staging_buffers: int = 2,
-                   taping: bool = True, fresh: FreshMemory | None = None) -> Prediction:
+                   taping: bool = True, fresh: FirstTouch | None = None) -> Prediction:
     """:func:`predict_async_multistage` over a tiered Level-2: each tier's prediction (its own
     ``tw`` and ``tr``), weighted by the share of the schedule's Level-2 states it holds. With
     ``fresh``, the faults of the memory the run touches first: of the slots an interval's
@@ -273,7 +242,7 @@ def predict_tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
 
 def _tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
             tiers: Sequence[Level2Tier], staging_buffers: int, taping: bool,
-            fresh: FreshMemory | None) -> Prediction:
+            fresh: FirstTouch | None) -> Prediction:
     """:func:`predict_tiered` of checked arguments."""
     faults = 0.0
     if fresh is not None:
@@ -303,7 +272,7 @@ def tiers_hold(n_steps: int, interval: int, tiers: Sequence[Level2Tier]) -> bool
 def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffers: int = 2,
                     max_candidates: int = 4096, taping: bool = True,
                     tiers: Sequence[Level2Tier] | None = None,
-                    fresh: FreshMemory | None = None) -> IntervalChoice:
+                    fresh: FirstTouch | None = None) -> IntervalChoice:
     """Return the interval I in [1, n] with the least predicted time (closed form with stalls).
 
     Every I up to ``max_candidates`` is priced, and a geometric grid above it (10% apart), then

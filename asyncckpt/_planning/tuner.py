@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from schedules.model import (CodecCosts, Costs, FreshMemory, IntervalChoice, Level2Tier,
+from schedules.model import (CodecCosts, Costs, IntervalChoice, Level2Tier,
                              choose_interval, predict_async_multistage, predict_revolve,
                              predict_tiered)
 
 from .._execution.timing import RUN_DECAY, CallFit
 from .choice import NEAR_TIE, Plan, cheapest_near_fastest, fastest_once_warm
+from .fresh import FreshMemory
 from .costs import (DRIFT, LOADED, PRIOR_TRANSFERS, ComputeCosts, RunMean, TransferCosts,
                     blend)
 from .residual import Residual
