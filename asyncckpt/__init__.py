@@ -7,7 +7,7 @@ prefetch during the reverse sweep, and Revolve runs inside each interval.
 from __future__ import annotations
 
 from .checkpoint import ArrayCheckpoint, Checkpoint
-from ._planning.cost_memory import COSTS as cost_memory
+from ._tuning.cost_memory import COSTS as cost_memory
 from .checkpointer import AsyncCheckpointer, RunPlan
 from .errors import (
     CheckpointError,

@@ -19,11 +19,11 @@ from schedules.actions import Action
 from ._execution.guard import CallGuard
 from ._execution.ranks import Ranks, ranks_of
 from ._planning.budget import DEFAULT_STAGING_BUFFERS
-from ._planning.build import build
+from ._build import build
 from ._planning.options import Options, check_operator, check_stop
 from ._planning.plan import RunPlan
 from ._planning.taping import decide_taping
-from ._planning.tuner import IntervalTuner
+from ._tuning.tuner import IntervalTuner
 from .checkpoint import as_dtype, check_descriptor
 from .errors import UsageError
 from .stats import Stats

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from asyncckpt._planning.fresh import FreshMemory
+from asyncckpt._tuning.fresh import FreshMemory
 from schedules.model import (Costs, Level2Tier, choose_interval, predict_async_multistage,
                              predict_revolve, predict_tiered)
 

@@ -14,14 +14,14 @@ from typing import Any
 from schedules import AsyncMultistage
 from schedules.model import CodecCosts, adaptive_interval, predict_adaptive
 
-from .budget import slot_candidates
+from .._planning.budget import slot_candidates
 from .._memory.buffers import padded
 from .calibrate import measure_fault, probe_forward
 from .._execution.engine import TransferEngine
 from .._execution.interpreter import Interpreter, Level1
 from .._execution.link import HostLink
 from .._execution.ranks import Ranks
-from .plan import Planner
+from .._planning.plan import Planner
 from .._memory.pool import POOL
 from .choice import Plan, cheapest_near_fastest, explored, fastest_once_warm
 from .cost_memory import COSTS, agree_costs

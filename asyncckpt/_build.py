@@ -12,23 +12,23 @@ from typing import Any
 
 from schedules import AsyncMultistage, OnlineMultistage, Revolve
 
-from .._execution.bounded import ABANDON_S, BoundedCalls
-from .._execution.decisions import RunDecisions
-from .._execution.engine import TransferEngine
-from .._execution.interpreter import Interpreter
-from .._execution.level1 import Level1
-from .._execution.link import Link, link_for, measure_copy
-from .._execution.meter import RunMeter
-from .._execution.ranks import Ranks
-from ..errors import UsageError
-from ..stats import Stats
-from ..storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
+from ._execution.bounded import ABANDON_S, BoundedCalls
+from ._execution.decisions import RunDecisions
+from ._execution.engine import TransferEngine
+from ._execution.interpreter import Interpreter
+from ._execution.level1 import Level1
+from ._execution.link import Link, link_for, measure_copy
+from ._execution.meter import RunMeter
+from ._execution.ranks import Ranks
+from .errors import UsageError
+from .stats import Stats
+from .storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
                        open_level2)
-from .auto import AutoPlanner
-from .budget import MemoryPlan
-from .calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
-from .options import Options
-from .plan import Planner
+from ._tuning.auto import AutoPlanner
+from ._planning.budget import MemoryPlan
+from ._tuning.calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
+from ._planning.options import Options
+from ._planning.plan import Planner
 
 __all__ = ["Parts", "Runs", "build"]
 
