@@ -1,8 +1,9 @@
 """AsyncCheckpointer: runs the asynchronous multistage schedule on the user's operators.
 
 The facade and the run's state machine (idle -> forward-done -> idle). Its parts are made in one
-place, :func:`asyncckpt._planning.build.build`: what a run will do is decided in
-:mod:`asyncckpt._planning` and done in :mod:`asyncckpt._execution` (docs/architecture.md).
+place, :func:`asyncckpt._build.build`: what a run will do is decided in
+:mod:`asyncckpt._planning`, its costs learned in :mod:`asyncckpt._tuning`, and it is done in
+:mod:`asyncckpt._execution` (docs/architecture.md).
 """
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ class IntervalTuner:
 
     The costs live in small parts: the compute costs of runs without Level-2 transfers beside
     the compute (:attr:`quiet`) and with them (:attr:`busy`), each a
-    :class:`~asyncckpt._planning.costs.ComputeCosts`; Level-2's transfer costs with their
+    :class:`~asyncckpt._tuning.costs.ComputeCosts`; Level-2's transfer costs with their
     floors (:attr:`transfers`); what each transfer takes from the compute beside it
     (:attr:`tx`); the codec's costs (:attr:`codec`); and the price of fresh memory
     (:attr:`fault_s`, :attr:`warm_buffers`, :attr:`in_memory`). Each is readable and settable
