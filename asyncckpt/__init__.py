@@ -7,8 +7,9 @@ prefetch during the reverse sweep, and Revolve runs inside each interval.
 from __future__ import annotations
 
 from .checkpoint import ArrayCheckpoint, Checkpoint
-from ._tuning.cost_memory import COSTS as cost_memory
+from . import costs as cost_memory  # asyncckpt.cost_memory.forget(), as docs/model.md says
 from .checkpointer import AsyncCheckpointer, RunPlan
+from .costs import MeasuredCosts
 from .errors import (
     CheckpointError,
     CorruptionError,
@@ -37,6 +38,7 @@ __all__ = [
     "HostMemoryStorage",
     "InvalidTypeError",
     "InvalidValueError",
+    "MeasuredCosts",
     "MemoryBudgetError",
     "RankFailedError",
     "RunPlan",

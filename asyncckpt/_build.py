@@ -20,12 +20,14 @@ from ._execution.level1 import Level1
 from ._execution.link import Link, link_for, measure_copy
 from ._execution.meter import RunMeter
 from ._execution.ranks import Ranks
+from .costs import MeasuredCosts
 from .errors import UsageError
 from .stats import Stats
 from .storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
                        open_level2)
 from ._tuning.auto import AutoPlanner
 from ._planning.budget import MemoryPlan
+from ._tuning.view import assume, view
 from ._tuning.calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
 from ._planning.options import Options
 from ._planning.plan import Planner
@@ -268,6 +270,17 @@ class Runs:
         self.interpreter.expected_stores = (0 if online or not planner.interval
                                             else -(-n // planner.interval))
         return stats, planner.schedule
+
+    def costs(self) -> MeasuredCosts | None:
+        """What "auto" and "adaptive" price plans with (None for a fixed interval)."""
+        return None if self.auto is None else view(self.auto.tuner)
+
+    def assume(self, costs: MeasuredCosts) -> None:
+        """Price the next plans with ``costs`` (see :func:`asyncckpt._tuning.view.assume`)."""
+        if self.auto is None:
+            raise UsageError("costs are set where interval is 'auto' or 'adaptive'; this "
+                             "checkpointer's interval is fixed, and nothing prices its plans")
+        assume(self.auto.tuner, costs)
 
     def learn(self, stats: Stats) -> None:
         """After a completed run: what the model learns from it."""

@@ -24,8 +24,8 @@ from ._build import build
 from ._planning.options import Options, check_operator, check_stop
 from ._planning.plan import RunPlan
 from ._planning.taping import decide_taping
-from ._tuning.tuner import IntervalTuner
 from .checkpoint import as_dtype, check_descriptor
+from .costs import MeasuredCosts
 from .errors import UsageError
 from .stats import Stats
 from .storage import Storage
@@ -177,11 +177,14 @@ class AsyncCheckpointer:
         return self._parts.runs.planner.schedule
 
     @property
-    def costs(self) -> IntervalTuner | None:
+    def costs(self) -> MeasuredCosts | None:
         """The costs "auto" and "adaptive" price plans with, as measured so far (None for a fixed
-        interval). Its fields may be set, to ask the model what it would choose with others."""
-        auto = self._parts.runs.auto
-        return None if auto is None else auto.tuner
+        interval); set changed ones (``ckp.costs = ckp.costs.replace(tw=...)``) to plan with."""
+        return self._parts.runs.costs()
+
+    @costs.setter
+    def costs(self, costs: MeasuredCosts) -> None:
+        self._parts.runs.assume(costs)
 
     @property
     def stats(self) -> Stats:
