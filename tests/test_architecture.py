@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,20 @@ def test_no_import_circle():
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+
+
+def test_every_path_the_architecture_page_names_exists():
+    """docs/architecture.md names files and folders in backquotes, relative to the repository,
+    to ``asyncckpt/``, or to the folder its last heading named."""
+    root = PACKAGE.parent
+    page = (root / "docs" / "architecture.md").read_text()
+    folder, named = root, 0
+    for line in page.splitlines():
+        tokens = re.findall(r"`([\w./-]+(?:\.py|/))`", line)
+        if line.startswith("#") and tokens:
+            folder = root / tokens[0]
+        for token in tokens:
+            named += 1
+            where = [root / token, PACKAGE / token, folder / token]
+            assert any(path.exists() for path in where), (token, line)
+    assert named > 40
