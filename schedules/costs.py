@@ -71,7 +71,8 @@ class Prediction:
 class Level2Tier:
     """One tier of a tiered Level-2, fastest first: ``capacity`` states at most (None: any
     number), each written in ``tw`` and read back in ``tr`` seconds. ``in_memory``: its states
-    occupy the process's own memory (host DRAM), whose first touch :class:`schedules.model.FirstTouch` prices."""
+    occupy the process's own memory (host DRAM), whose first touch a
+    :class:`schedules.model.FirstTouch` prices."""
 
     capacity: int | None
     tw: float
