@@ -32,8 +32,9 @@ DRAM) and Revolve in 4 slots inside each interval:
 from __future__ import annotations
 
 from .checkpoint import ArrayCheckpoint, Checkpoint
-from ._planning.cost_memory import COSTS as cost_memory
+from . import costs as cost_memory  # noqa: F401  (asyncckpt.cost_memory.forget(): older code)
 from .checkpointer import AsyncCheckpointer, RunPlan
+from .costs import MeasuredCosts
 from .errors import (
     CheckpointError,
     CorruptionError,
@@ -53,7 +54,6 @@ from .storage import FileStorage, HostMemoryStorage, Storage, TieredStorage, Wra
 
 __all__ = [
     "ArrayCheckpoint",
-    "cost_memory",
     "AsyncCheckpointer",
     "Checkpoint",
     "CheckpointError",
@@ -62,6 +62,7 @@ __all__ = [
     "HostMemoryStorage",
     "InvalidTypeError",
     "InvalidValueError",
+    "MeasuredCosts",
     "MemoryBudgetError",
     "RankFailedError",
     "RunPlan",

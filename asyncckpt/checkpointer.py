@@ -1,8 +1,9 @@
 """AsyncCheckpointer: runs the asynchronous multistage schedule on the user's operators.
 
 The facade and the run's state machine (idle -> forward-done -> idle). Its parts are made in one
-place, :func:`asyncckpt._planning.build.build`: what a run will do is decided in
-:mod:`asyncckpt._planning` and done in :mod:`asyncckpt._execution` (docs/architecture.md).
+place, :func:`asyncckpt._build.build`: what a run will do is decided in
+:mod:`asyncckpt._planning`, its costs learned in :mod:`asyncckpt._tuning`, and it is done in
+:mod:`asyncckpt._execution` (docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ from schedules.actions import Action
 from ._execution.guard import CallGuard
 from ._execution.ranks import Ranks, ranks_of
 from ._planning.budget import DEFAULT_STAGING_BUFFERS
-from ._planning.build import build
+from ._build import build
 from ._planning.options import Options, check_operator, check_stop
 from ._planning.plan import RunPlan
 from ._planning.taping import decide_taping
-from ._planning.tuner import IntervalTuner
 from .checkpoint import as_dtype, check_descriptor
+from .costs import MeasuredCosts
 from .errors import UsageError
 from .stats import Stats
 from .storage import Storage
@@ -104,9 +105,8 @@ class AsyncCheckpointer:
 
     Notes
     -----
-    Level-1 memory is at most ``(l1_slots + staging_buffers + 2) * nbytes`` (each rounded up to
-    pages; one more per I/O thread with compression), whatever n. Closed, the buffers go to the
-    process's pool for the next checkpointer (:func:`asyncckpt.storage.release_memory`).
+    Level-1 memory is at most ``(l1_slots + staging_buffers + 2) * nbytes`` (pages; one more per
+    I/O thread with compression), whatever n; closed, the process's pool keeps it for the next.
     """
 
     def __init__(
@@ -149,8 +149,7 @@ class AsyncCheckpointer:
         self._closed = False
         _OPEN.add(self)
         self._actions: Iterator[Action] | None = None
-        self._phase = "idle"  # idle -> forward-done -> idle
-        self._stats = Stats()
+        self._phase, self._stats = "idle", Stats()  # idle -> forward-done -> idle
         if log.isEnabledFor(logging.INFO):  # the plan's view is built for the message alone
             log.info("AsyncCheckpointer(n=%s): %s", self.n_timesteps, self.plan)
 
@@ -180,11 +179,14 @@ class AsyncCheckpointer:
         return self._parts.runs.planner.schedule
 
     @property
-    def costs(self) -> IntervalTuner | None:
+    def costs(self) -> MeasuredCosts | None:
         """The costs "auto" and "adaptive" price plans with, as measured so far (None for a fixed
-        interval). Its fields may be set, to ask the model what it would choose with others."""
-        auto = self._parts.runs.auto
-        return None if auto is None else auto.tuner
+        interval); set changed ones (``ckp.costs = ckp.costs.replace(tw=...)``) to plan with."""
+        return self._parts.runs.costs()
+
+    @costs.setter
+    def costs(self, costs: MeasuredCosts) -> None:
+        self._parts.runs.assume(costs)
 
     @property
     def stats(self) -> Stats:

@@ -19,7 +19,7 @@ from schedules.model import (
 
 from ._memory import numa
 from ._memory.buffers import aligned_buffer, copy_out
-from ._planning.calibrate import measure_transfer
+from ._tuning.calibrate import measure_transfer
 from .storage import HostMemoryStorage, Storage, open_storage
 
 __all__ = ["main", "build_parser"]

@@ -19,10 +19,13 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from ._args import check_int
 from ._errors import InvalidValueError
+from .costs import CodecCosts, Costs, Level2Tier, Prediction
 from .revolve import checkpoints_taken, optimal_recomputations
+from .timeline import simulate_times
 
 __all__ = [
     "Costs",
@@ -34,67 +37,13 @@ __all__ = [
     "adaptive_interval",
     "predict_tiered",
     "Level2Tier",
-    "FreshMemory",
+    "FirstTouch",
     "CodecCosts",
     "tiers_hold",
     "simulate_times",
     "choose_interval",
     "IntervalChoice",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Costs:
-    """Measured or assumed unit costs, in seconds (``nbytes`` for reference only).
-
-    ``tx`` is what each Level-2 transfer takes from the compute beside it while the I/O thread
-    moves it (memory bandwidth, caches, the other core), paid on the main thread: a schedule
-    that moves fewer states runs its steps and copies nearer their cost alone.
-    """
-
-    tf: float
-    tb: float
-    tw: float = 0.0
-    tr: float = 0.0
-    tc: float = 0.0
-    nbytes: int = 0
-    tcall: float = 0.0
-    tx: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("tf", "tb", "tw", "tr", "tc", "tcall", "tx"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise InvalidValueError(f"Costs.{name} must be a finite number of seconds, got {value!r}")
-            if value < 0:
-                raise InvalidValueError(f"Costs.{name} must be >= 0, got {value!r}")
-        if self.tf <= 0:
-            raise InvalidValueError(f"Costs.tf must be > 0 (the time of one forward step), got {self.tf!r}")
-        if self.tb < self.tf:
-            raise InvalidValueError(f"Costs.tb includes the taping forward step, so it must be >= tf "
-                             f"({self.tf!r}); got {self.tb!r}")
-
-    def advance(self, steps: int) -> float:
-        """Seconds of one forward call of ``steps`` steps."""
-        return self.tcall + steps * self.tf
-
-    @property
-    def adjoint(self) -> float:
-        """Seconds of one reverse call alone (its taping step not included)."""
-        return self.tb - self.tf
-
-
-@dataclass(frozen=True, slots=True)
-class Prediction:
-    """A predicted forward+reverse run."""
-
-    strategy: str
-    total_s: float
-    forward_s: float
-    reverse_s: float
-    forward_steps: int
-    write_stall_s: float = 0.0
-    read_stall_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +93,7 @@ def predict_store_all(n_steps: int, costs: Costs, *, taping: bool = True) -> Pre
 
 
 def predict_revolve(n_steps: int, snaps: int, costs: Costs, *, taping: bool = True,
-                    fresh: FreshMemory | None = None) -> Prediction:
+                    fresh: FirstTouch | None = None) -> Prediction:
     """Revolve with ``snaps`` slots: its optimal forward steps and calls, n reverse calls and one
     copy per checkpoint stored and per load (and with ``fresh``, the faults of the slots it
     touches first: at most n)."""
@@ -246,100 +195,15 @@ class IntervalChoice:
     store_all: Prediction
 
 
-@dataclass(frozen=True, slots=True)
-class Level2Tier:
-    """One tier of a tiered Level-2, fastest first: ``capacity`` states at most (None: any
-    number), each written in ``tw`` and read back in ``tr`` seconds. ``in_memory``: its states
-    occupy the process's own memory (host DRAM), whose first touch :class:`FreshMemory` prices."""
+class FirstTouch(Protocol):
+    """The price of memory a run touches for the first time, as the runtime knows it (the
+    runtime's ``FreshMemory`` prices page faults): ``slots_s(slots)``, the seconds a run's first
+    ``slots`` Level-1 slots add on the main thread, and ``split(tiers, slots)``, Level-2's tiers
+    with the states whose first touch lengthens their writes as tiers of their own."""
 
-    capacity: int | None
-    tw: float
-    tr: float
-    in_memory: bool = False
+    def slots_s(self, slots: int) -> float: ...
 
-
-@dataclass(frozen=True, slots=True)
-class CodecCosts:
-    """What a codec in front of Level-2 costs per state: ``compress_s`` on the I/O thread before
-    each write, ``decompress_s`` after each read, and ``stored``, the share of a state's bytes
-    it stores (compressed size over size, at most 1; a mean over a run, whose states may
-    compress unlike each other).
-
-    A transfer's cost is taken to scale with the bytes it moves, so a write costs
-    ``compress_s + stored * tw`` and a read ``stored * tr + decompress_s``, and a tier bounded
-    by bytes holds ``capacity / stored`` states.
-    """
-
-    compress_s: float
-    decompress_s: float
-    stored: float
-
-    def __post_init__(self) -> None:
-        for name in ("compress_s", "decompress_s", "stored"):
-            value = getattr(self, name)
-            if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                    or not math.isfinite(value) or value < 0):
-                raise InvalidValueError(f"CodecCosts.{name} must be a finite number >= 0, got "
-                                        f"{value!r}")
-        if not 0 < self.stored <= 1:
-            raise InvalidValueError(f"CodecCosts.stored must be in (0, 1] (compressed size over "
-                                    f"size), got {self.stored!r}")
-
-    def write(self, tw: float) -> float:
-        """Seconds to compress and write a state that takes ``tw`` to write uncompressed."""
-        return self.compress_s + self.stored * tw
-
-    def read(self, tr: float) -> float:
-        """Seconds to read back and decompress a state that takes ``tr`` to read uncompressed."""
-        return self.stored * tr + self.decompress_s
-
-    def tier(self, tier: Level2Tier) -> Level2Tier:
-        """``tier`` holding compressed states."""
-        capacity = None if tier.capacity is None else int(tier.capacity / self.stored)
-        return replace(tier, capacity=capacity, tw=self.write(tier.tw), tr=self.read(tier.tr))
-
-
-@dataclass(frozen=True, slots=True)
-class FreshMemory:
-    """The price of memory a run touches for the first time.
-
-    The first ``warm`` state buffers a run uses are already faulted in (kept from an earlier
-    run); each further one costs ``fault_s`` seconds when first touched. Level-1 slots take
-    them first, on the main thread, so their faults add to the run; states of an in-memory
-    Level-2 tier take the rest, on the transfer thread, so their faults lengthen those writes.
-    """
-
-    warm: int
-    fault_s: float
-
-    def __post_init__(self) -> None:
-        check_int("FreshMemory.warm", self.warm, 0)
-        value = self.fault_s
-        if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                or not math.isfinite(value) or value < 0):
-            raise InvalidValueError(f"FreshMemory.fault_s must be a finite number of seconds "
-                                    f">= 0, got {self.fault_s!r}")
-
-    def slots_s(self, slots: int) -> float:
-        """Seconds of faults for ``slots`` Level-1 slots."""
-        return max(0, slots - self.warm) * self.fault_s
-
-    def split(self, tiers: Sequence[Level2Tier], slots: int) -> list[Level2Tier]:
-        """``tiers`` with each in-memory tier split into its warm states and its fresh ones
-        (written in ``tw + fault_s``), once ``slots`` slots have taken their share."""
-        warm, split = max(0, self.warm - slots), []
-        for tier in tiers:
-            if not tier.in_memory:
-                split.append(tier)
-                continue
-            kept = warm if tier.capacity is None else min(warm, tier.capacity)
-            warm -= kept
-            fresh = None if tier.capacity is None else tier.capacity - kept
-            if kept:
-                split.append(replace(tier, capacity=kept))
-            if fresh != 0:
-                split.append(replace(tier, capacity=fresh, tw=tier.tw + self.fault_s))
-        return split
+    def split(self, tiers: Sequence[Level2Tier], slots: int) -> list[Level2Tier]: ...
 
 
 def _tier_shares(stores: int, tiers: Sequence[Level2Tier]) -> list[tuple[Level2Tier, int]]:
@@ -359,7 +223,7 @@ def _tier_shares(stores: int, tiers: Sequence[Level2Tier]) -> list[tuple[Level2T
 
 def predict_tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
                    tiers: Sequence[Level2Tier], *, staging_buffers: int = 2,
-                   taping: bool = True, fresh: FreshMemory | None = None) -> Prediction:
+                   taping: bool = True, fresh: FirstTouch | None = None) -> Prediction:
     """:func:`predict_async_multistage` over a tiered Level-2: each tier's prediction (its own
     ``tw`` and ``tr``), weighted by the share of the schedule's Level-2 states it holds. With
     ``fresh``, the faults of the memory the run touches first: of the slots an interval's
@@ -378,7 +242,7 @@ def predict_tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
 
 def _tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
             tiers: Sequence[Level2Tier], staging_buffers: int, taping: bool,
-            fresh: FreshMemory | None) -> Prediction:
+            fresh: FirstTouch | None) -> Prediction:
     """:func:`predict_tiered` of checked arguments."""
     faults = 0.0
     if fresh is not None:
@@ -408,7 +272,7 @@ def tiers_hold(n_steps: int, interval: int, tiers: Sequence[Level2Tier]) -> bool
 def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffers: int = 2,
                     max_candidates: int = 4096, taping: bool = True,
                     tiers: Sequence[Level2Tier] | None = None,
-                    fresh: FreshMemory | None = None) -> IntervalChoice:
+                    fresh: FirstTouch | None = None) -> IntervalChoice:
     """Return the interval I in [1, n] with the least predicted time (closed form with stalls).
 
     Every I up to ``max_candidates`` is priced, and a geometric grid above it (10% apart), then
@@ -462,8 +326,3 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     return IntervalChoice(best_interval, best,
                           predict_revolve(n, l1_slots, costs, taping=taping, fresh=fresh),
                           predict_store_all(n, costs, taping=taping))
-
-
-
-# the event simulation builds on the model above; it is part of its public face
-from .timeline import simulate_times  # noqa: E402

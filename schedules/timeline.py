@@ -9,7 +9,7 @@ from typing import assert_never
 
 from .actions import (Action, Advance, EndForward, EndReverse, Free, Load, Prefetch, Reverse, Store,
                       Tier)
-from .model import Costs, Prediction
+from .costs import Costs, Prediction
 
 __all__ = ["simulate_times"]
 

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .._memory.buffers import check_size
-from .._memory.keytable import KeyTable
 from ..errors import ScheduleError, TransferError
 from ..storage import Storage
 from .counters import TransferCounters
 from .bounded import ABANDON_S, BoundedCalls, Stalled, stalled
 from .engine_buffers import EngineBuffers
 from .futures import Completed, DaemonExecutor, Outcome
+from .ledger import Ledger, Transfer
 from .link import HostLink, Link
 from .recovery import Recovery
 from .transfers import Transfers
@@ -59,6 +58,11 @@ class TransferEngine:
     calls : BoundedCalls, optional
         The caller's Level-2 calls and waits, each within the deadline (default 60 s), else a
         :class:`~asyncckpt.TransferError` whatever ``on_error`` says.
+
+    Notes
+    -----
+    What it knows of the run's states and transfers, and the invariants that hold between its
+    calls, are in one place: :class:`~asyncckpt._execution.ledger.Ledger`.
     """
 
     def __init__(self, storage: Storage, nbytes: int, *, staging_buffers: int,
@@ -74,16 +78,10 @@ class TransferEngine:
         #: made for each run that uses Level-2 (see :class:`EngineBuffers`)
         buffers = self.buffers = EngineBuffers(link, nbytes, staging_buffers, prefetch_buffers)
         self._free_staging, self._free_prefetch = buffers.free_staging, buffers.free_prefetch
-        # writes in flight, oldest first, and the same futures by key
-        self._writes: deque[tuple[int, Outcome, np.ndarray]] = deque()
-        self._writing: dict[int, Outcome] = {}
-        #: checksums of the writes that completed (8 bytes per Level-2 state): the replay check's
-        self.digests = self._digests = KeyTable(np.uint64)
-        # bytes of each state on Level-2 (states may be smaller than ``nbytes``, the largest)
-        self._sizes = KeyTable()
-        # keys freed while their write was still in flight: deleted when it completes
-        self._doomed: set[int] = set()
-        self._reads: dict[int, tuple[Outcome, np.ndarray]] = {}
+        ledger = self._ledger = Ledger()
+        self._writes, self._reads, self._sizes = ledger.writes, ledger.reads, ledger.sizes
+        #: checksums of the writes that completed: the replay check's
+        self.digests = self._digests = ledger.digests
         # None: every transfer runs inline, through ``calls``
         self._executor = DaemonExecutor(io_threads, "asyncckpt-io") if io_threads else None
         self._broken: BaseException | None = None
@@ -106,7 +104,7 @@ class TransferEngine:
         failure the policy survives goes to ``failed``; any other raises."""
         try:
             self.calls.call(f"read of u_{key}", self._transfers.read, key, buffer,
-                            self._sizes[key], self._digests.get(key), self._writing.get(key))
+                            self._sizes[key], self._digests.get(key), self._ledger.writing(key))
         except Exception as exc:  # noqa: BLE001 - recompute policy: recompute instead
             if not self.recovery.survives(exc):
                 raise self._fail("read", key, exc)
@@ -135,14 +133,14 @@ class TransferEngine:
         if self._broken is not None:
             raise TransferError(f"the transfer engine is broken by an earlier failure: "
                                 f"{self._broken}") from self._broken
-        while self._writes and self._writes[0][1].done():
+        while self._writes and self._ledger.oldest_write().future.done():
             self._reap_write()
 
     def _reap_write(self) -> None:
-        key, future, buffer = self._writes.popleft()
-        del self._writing[key]
+        write = self._writes.pop(self._ledger.oldest_write().key)
+        key, future, buffer = write.key, write.future, write.buffer
         exc = future.exception()
-        if exc is not None and self.recovery.survives(exc) and key not in self._doomed:
+        if exc is not None and self.recovery.survives(exc) and not write.doomed:
             exc, buffer = self._write_again(key, buffer, exc)
             if exc is None:
                 self._free_staging.append(buffer)
@@ -150,12 +148,10 @@ class TransferEngine:
         if exc is not None:
             if not stalled(future):  # a stalled write's thread keeps its buffer
                 self._free_staging.append(buffer)
-            self._doomed.discard(key)
             raise self._fail("write", key, exc)
         digest, replacement = future.result()
         self._free_staging.append(replacement)
-        if key in self._doomed:
-            self._doomed.discard(key)
+        if write.doomed:
             self._delete(key)
         else:
             self._digests[key] = digest
@@ -185,9 +181,11 @@ class TransferEngine:
         if not self._free_staging and not self._writes:
             raise ScheduleError(f"store of u_{key}: the engine holds no staging buffer (a run "
                                 "that uses Level-2 is equipped first)")
+        if key in self._writes:
+            raise ScheduleError(f"store of u_{key} while its earlier write is under way")
         if not self._free_staging:
-            start = time.perf_counter()
-            self._await([self._writes[0][1]], "write", self._writes[0][0])
+            start, oldest = time.perf_counter(), self._ledger.oldest_write()
+            self._await([oldest.future], "write", oldest.key)
             self.counters.write_stall_s += time.perf_counter() - start
             self._reap_write()
         buffer = self._free_staging.pop()
@@ -200,8 +198,7 @@ class TransferEngine:
         self.last_submit = time.perf_counter()
         future = self._start("write", key, self._transfers.write, buffer, size, ticket,
                              self._transfers.epoch)
-        self._writes.append((key, future, buffer))
-        self._writing[key] = future
+        self._writes[key] = Transfer(key, "write", future, buffer)
         self.counters.stored(size)
 
     def writing_for(self) -> float | None:
@@ -236,14 +233,14 @@ class TransferEngine:
             future = Completed(exception=TransferError(f"u_{key} was never written to Level-2"))
         else:
             future = self._start("read", key, self._transfers.read, buffer, self._sizes[key],
-                                 self._digests.get(key), self._writing.get(key))
+                                 self._digests.get(key), self._ledger.writing(key))
             self.counters.reads += 1
             self.counters.bytes_read += self._sizes[key]
-        self._reads[key] = (future, buffer)
+        self._reads[key] = Transfer(key, "read", future, buffer)
 
     def _arrived(self, key: int) -> bool:
         """Wait for u_key's prefetch; whether it holds a good copy (else raise, or count it)."""
-        future, _ = self._reads[key]
+        future = self._reads[key].future
         if not future.done():
             start = time.perf_counter()
             self._await([future], "read", key)
@@ -267,7 +264,7 @@ class TransferEngine:
         if not self._arrived(key):
             return False
         start = time.perf_counter()
-        self._link.deliver(self._reads[key][1], arrays)
+        self._link.deliver(self._reads[key].buffer, arrays)
         self.counters.copy_s += time.perf_counter() - start
         self.counters.copies += 1
         return True
@@ -279,11 +276,11 @@ class TransferEngine:
         if key in self._reads:
             if not self._arrived(key):
                 return False
-            self._link.deliver(self._reads[key][1], arrays)
+            self._link.deliver(self._reads[key].buffer, arrays)
             return True
         if key in self.recovery.lost:
             return False
-        buffer = self._reads[via][1]
+        buffer = self._reads[via].buffer
         if not self._read_now(key, buffer, lambda exc: self.recovery.read_failed(
                 key, exc, f" while recomputing u_{via}")):
             return False  # noted: the caller looks further back
@@ -294,39 +291,39 @@ class TransferEngine:
         """Read u_key again, now, into its own prefetch buffer and ``arrays``: a transient fault
         (a flipped byte in transit, a short read) needs nothing more. False if it fails again or
         u_key was never written."""
-        if key in self._writing:
+        if key in self._writes:
             # its write failed or is still going: settle every write (a failed one is retried)
-            self._await([f for _, f, _ in self._writes], "write", key)
+            self._await([write.future for write in self._writes.values()], "write", key)
             self.check()
         if key not in self._digests:
             return False
-        buffer = self._reads[key][1]
+        buffer = self._reads[key].buffer
         if not self._read_now(key, buffer, lambda exc: log.warning(
                 "Level-2 read of u_%d on %r failed again (%r)", key, self.storage, exc)):
             return False  # the caller recomputes it
         self.recovery.lost.discard(key)
-        self._reads[key] = (Completed(), buffer)
+        self._reads[key].future = Completed()
         self._link.deliver(buffer, arrays)
         return True
 
     def recovered(self, key: int, arrays: Sequence[np.ndarray]) -> None:
         """Keep the recomputed u_key (``arrays``) in its prefetch buffer, as if it had been read."""
-        _, buffer = self._reads[key]
-        self._link.keep(arrays, buffer)
-        self._reads[key] = (Completed(), buffer)
+        read = self._reads[key]
+        self._link.keep(arrays, read.buffer)
+        read.future = Completed()
 
     def free(self, key: int) -> None:
         """Release u_key's prefetch buffer and delete it from Level-2 (once its write is done)."""
         self.check()
         read = self._reads.pop(key, None)
         if read is not None:
-            future, buffer = read
-            self._await([future], "read", key)  # the buffer is in use until its read ends
-            self._free_prefetch.append(buffer)
+            self._await([read.future], "read", key)  # the buffer is in use until its read ends
+            self._free_prefetch.append(read.buffer)
         self.counters.held -= 1
         self._sizes.pop(key, None)
-        if key in self._writing:
-            self._doomed.add(key)
+        if key in self._writes:
+            self._writes[key].doomed = True
+            self._transfers.stale.add(key)  # swept before the next run unless deleted first
         elif key in self.recovery.lost:
             self.recovery.lost.discard(key)
             if key in self._digests:  # written, then unreadable: still on Level-2
@@ -338,14 +335,12 @@ class TransferEngine:
 
     def drain(self) -> None:
         """Wait for every transfer in flight and raise the first failure."""
-        for key, future, _ in list(self._writes):
-            self._await([future], "write", key)
-        for key, (future, _) in list(self._reads.items()):
-            self._await([future], "read", key)
+        for transfer in self._ledger.in_flight():
+            self._await([transfer.future], transfer.kind, transfer.key)
         self.check()
 
     def _in_flight(self) -> list[Outcome]:
-        return [f for _, f, _ in self._writes] + [f for f, _ in self._reads.values()]
+        return [transfer.future for transfer in self._ledger.in_flight()]
 
     def discard(self, until: float | None = None) -> None:
         """Abandon the current run: wait for what is in flight and delete what it wrote until
@@ -357,23 +352,22 @@ class TransferEngine:
             self._executor = self._executor.renewed()  # stuck threads serve no later run
         # every key this run may have written: an interrupt can fall between a write and its
         # record; what a stalled write may still write comes later
-        written = [*self._digests, *self._sizes, *self._doomed, *(k for k, _, _ in self._writes)]
+        written = self._ledger.written()
         in_flight = []
-        for key, future, buffer in self._writes:
-            if stalled(future):  # its thread keeps the buffer
-                in_flight.append(key)
-                log.warning("abandoned the Level-2 write of u_%d: still running", key)
+        for write in self._writes.values():
+            if stalled(write.future):  # its thread keeps the buffer
+                in_flight.append(write.key)
+                log.warning("abandoned the Level-2 write of u_%d: still running", write.key)
                 continue
-            failed = future.cancelled() or future.exception() is not None
-            self._free_staging.append(buffer if failed else future.result()[1])
-        for key, (future, buffer) in self._reads.items():
-            if stalled(future):
-                log.warning("abandoned the Level-2 read of u_%d: still running", key)
+            failed = write.future.cancelled() or write.future.exception() is not None
+            self._free_staging.append(write.buffer if failed else write.future.result()[1])
+        for read in self._reads.values():
+            if stalled(read.future):
+                log.warning("abandoned the Level-2 read of u_%d: still running", read.key)
             else:
-                self._free_prefetch.append(buffer)
-        for table in (self._writes, self._writing, self._reads, self._digests, self._sizes,
-                      self._doomed, self.recovery.lost, self.recovery.causes,
-                      self._transfers.staged):
+                self._free_prefetch.append(read.buffer)
+        self._ledger.clear()
+        for table in (self.recovery.lost, self.recovery.causes, self._transfers.staged):
             table.clear()
         self.counters.held = 0
         self._transfers.abandon(written, in_flight, self.calls, until)

@@ -1,3 +1,3 @@
-"""Deciding what a run does: options, the memory budget and its split, the measured costs and
-the model's choice of plan, the calibration probes, adaptive decisions, and the one function
-that builds a checkpointer's parts (:func:`.build.build`)."""
+"""Deciding what a run does from what the user said: options, the taping protocol, the memory
+budget and its split, and the plan of the next run. It never imports :mod:`asyncckpt._tuning`,
+which learns what runs cost and chooses among plans by it."""

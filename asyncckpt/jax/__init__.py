@@ -12,7 +12,7 @@ Imports JAX; the rest of asyncckpt never imports this module.
 """
 from __future__ import annotations
 
-from .host import end_open_runs, last_stats
+from .host import end_open_runs, last_plan, last_stats
 from .scan import Plan, checkpoint_scan, plan_scan
 
-__all__ = ["Plan", "checkpoint_scan", "end_open_runs", "last_stats", "plan_scan"]
+__all__ = ["Plan", "checkpoint_scan", "end_open_runs", "last_plan", "last_stats", "plan_scan"]

@@ -24,7 +24,7 @@ from ..errors import CheckpointError
 from ..stats import Stats
 from .wire import leaf_bytes, shared_dtype
 
-__all__ = ["HostRun", "RUNS", "end_open_runs", "last_stats"]
+__all__ = ["HostRun", "RUNS", "end_open_runs", "last_plan", "last_stats"]
 
 #: Seconds between two looks at the other side's failure while a handoff waits.
 POLL_S = 0.05
@@ -218,6 +218,8 @@ class Runs:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.last_stats: Stats | None = None
+        #: the plan of the last scan traced (a :class:`~asyncckpt.jax.Plan`)
+        self.last_plan: Any = None
         #: Level-2's write rate, bytes a second, as the last run that wrote measured it (None:
         #: none has): what the next scan's plan prices a carry's write with
         self.write_bps: float | None = None
@@ -268,6 +270,12 @@ atexit.register(RUNS.abort_all)
 def last_stats() -> Stats | None:
     """The :class:`~asyncckpt.Stats` of the checkpointer of the last completed backward."""
     return RUNS.last_stats
+
+
+def last_plan() -> Any:
+    """The :class:`~asyncckpt.jax.Plan` of the last ``checkpoint_scan`` traced (None: none
+    yet): its interval, segments and the chunks its steps' residuals are recomputed in."""
+    return RUNS.last_plan
 
 
 def end_open_runs() -> None:

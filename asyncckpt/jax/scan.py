@@ -236,6 +236,7 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
         options["compression"] = compression
     plan = Plan(n, chosen, chunk, tuple(sorted({
         **options, "storage": storage, "memory_budget": checkpointer_budget}.items())))
+    RUNS.last_plan = plan
     return _checkpointed(fn, plan, carry, xs, list(consts))
 
 

@@ -310,7 +310,7 @@ def test_a_run_whose_step_cost_changes_midway_teaches_no_contention() -> None:
     """The tuner learns a run whose steps cost six times more in its second half as that run's
     mean step for plans with and without transfers alike, and takes none of the change for
     the cost of its transfers (the run cannot tell the two apart)."""
-    from asyncckpt._planning.tuner import CallFit, IntervalTuner
+    from asyncckpt._tuning.tuner import CallFit, IntervalTuner
     from asyncckpt.stats import Stats
 
     def tuner() -> IntervalTuner:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, HostMemoryStorage, Storage
-from asyncckpt._planning.tuner import PRIOR_TRANSFERS
+from asyncckpt._tuning.tuner import PRIOR_TRANSFERS
 from schedules import AsyncMultistage, simulate
 from workloads import (Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse,
                        store_all_reference)

@@ -13,7 +13,7 @@ from conftest import wait_no_threads  # noqa: E402
 from faults import FaultyMixin  # noqa: E402
 
 from asyncckpt import FileStorage  # noqa: E402
-from asyncckpt.jax import checkpoint_scan, last_stats, plan_scan  # noqa: E402
+from asyncckpt.jax import checkpoint_scan, last_plan, last_stats, plan_scan  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -75,17 +75,9 @@ def test_gradients_are_those_of_lax_scan_under_jit(dtype, n: int, interval) -> N
     assert wait_no_threads() == []
 
 
-def test_segments_recomputed_in_chunks_without_xs_match_lax_scan(monkeypatch) -> None:
+def test_segments_recomputed_in_chunks_without_xs_match_lax_scan() -> None:
     """``length`` without ``xs``, segments of 64 recomputed in chunks (24 KiB holds a few steps'
     residuals), the last segment and the last chunk of each shorter."""
-    import asyncckpt.jax.scan as scan_module
-    plans, checkpointed = [], scan_module._checkpointed
-
-    def recorded(fn, plan, *args):
-        plans.append(plan)
-        return checkpointed(fn, plan, *args)
-
-    monkeypatch.setattr(scan_module, "_checkpointed", recorded)
     W = jnp.asarray(np.random.default_rng(0).standard_normal((32, 32)) * 0.2)
 
     def loss(scan, **kwargs):
@@ -98,8 +90,9 @@ def test_segments_recomputed_in_chunks_without_xs_match_lax_scan(monkeypatch) ->
     c0 = jnp.ones((4, 32))
     ours = jax.jit(jax.grad(loss(checkpoint_scan, interval=64, memory_budget="24KiB"),
                             argnums=(0, 1)))(c0, W)
-    [plan] = plans
-    assert plan.interval == 64 and plan.chunk > 1 and 64 % plan.chunk and plan.rest
+    plan = last_plan()
+    assert plan.n == 200 and plan.interval == 64
+    assert plan.chunk > 1 and 64 % plan.chunk and plan.rest
     reference = jax.grad(loss(jax.lax.scan), argnums=(0, 1))(c0, W)
     assert np.asarray(ours[0]).tobytes() == np.asarray(reference[0]).tobytes()
     scale = float(jnp.max(jnp.abs(reference[1])))

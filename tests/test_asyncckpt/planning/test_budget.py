@@ -235,12 +235,9 @@ with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, interv
                        storage=["dram", disk], memory_budget=budget) as ckp:
     # Level-2 priced cheap, then ruinous (Revolve in Level-1 alone), then cheap again
     for cost in (1e-6, 10.0, 1e-6):
-        c = ckp.costs
-        c.tf = c.tf_busy = 1e-3
-        c.tb = c.tb_busy = 2e-3
-        c.tcall = c.tcall_busy = c.tx = 0.0
-        c.tier_costs = c.loaded_costs = [(cost, cost), (cost, cost)]
-        c.tw = c.tr = cost
+        ckp.costs = ckp.costs.replace(tf=1e-3, tf_busy=1e-3, tb=2e-3, tb_busy=2e-3, tcall=0.0,
+                                      tcall_busy=0.0, tx=0.0, tw=cost, tr=cost,
+                                      tier_costs=((cost, cost), (cost, cost)))
         state[:] = 0.5
         ckp.apply_forward()
         ckp.apply_reverse()
@@ -279,10 +276,9 @@ def test_an_interval_plan_leaves_the_slots_it_cannot_use_to_the_dram_tier(tmp_pa
     reference = store_all_reference(model)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, interval="auto",
                            storage=["dram", tmp_path], memory_budget=40 * buffer) as ckp:
-        tuner = ckp.costs
-        assert tuner is not None
-        tuner.tf, tuner.tb, tuner.tcall, tuner.fault_s = 1e-3, 3e-3, 0.0, None
-        tuner.tier_costs = [(2e-3, 2e-3), (1e-4, 1e-4)]  # DRAM, then the "cheaper" disk
+        assert ckp.costs is not None
+        ckp.costs = ckp.costs.replace(tf=1e-3, tb=3e-3, tcall=0.0, fault_s=None,
+                                      tier_costs=((2e-3, 2e-3), (1e-4, 1e-4)))  # DRAM, "cheap" disk
         for got, want in zip(forward_reverse(model, ckp), reference):
             assert got.tobytes() == want.tobytes()
         stats = ckp.stats
@@ -370,10 +366,9 @@ def test_the_disk_tier_is_priced_no_lower_than_its_probe_of_states_in_a_row(disk
     state = padded(check_descriptor(model))
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n,
                            memory_budget=12 * state, storage=["dram", disk_dir]) as ckp:
-        tuner = ckp.costs
-        assert tuner is not None and tuner.tier_costs is not None
-        probed = tuner.tier_costs[1]
-        assert tuner.loaded_costs == [(None, None), probed]
+        costs = ckp.costs
+        assert costs is not None and costs.tier_costs is not None
+        probed = costs.tier_costs[1]
         for _ in range(2):
             forward_reverse(model, ckp)
             disk = ckp.costs.tier_costs[1]

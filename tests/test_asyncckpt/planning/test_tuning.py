@@ -7,10 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from asyncckpt._planning.choice import EXPLORE, explored
-from asyncckpt._planning.cost_memory import AGREED_LARGEST, CostMemory, agree_costs
-from asyncckpt._planning.residual import Missed
-from asyncckpt._planning.tuner import (NEAR_TIE, PRIOR_TRANSFERS, PRIOR_TX_COPIES, RUN_DECAY,
+from asyncckpt._tuning.choice import EXPLORE, explored
+from asyncckpt._tuning.cost_memory import AGREED_LARGEST, CostMemory, agree_costs
+from asyncckpt._tuning.residual import Missed
+from asyncckpt._tuning.tuner import (NEAR_TIE, PRIOR_TRANSFERS, PRIOR_TX_COPIES, RUN_DECAY,
                                        CallFit, IntervalTuner, Plan, RunMean,
                                        cheapest_near_fastest, fastest_once_warm)
 from asyncckpt.stats import Stats

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from asyncckpt import AsyncCheckpointer, CorruptionError, TransferError
-from asyncckpt._planning.auto import AutoPlanner
+from asyncckpt._tuning.auto import AutoPlanner
 from asyncckpt._memory.buffers import aligned_buffer, padded
 from asyncckpt.checkpoint import check_descriptor
 from asyncckpt.compression import (BloscCodec, Codec, CustomCodec, ZfpCodec, make_codec,

@@ -15,6 +15,8 @@ from asyncckpt._memory.numa import check_node, hwloc_tiers, memory_nodes
 from asyncckpt.cli import main
 from asyncckpt.storage import WrapperStorage
 from asyncckpt.testing import StorageTests
+from schedules.costs import Costs, Level2Tier
+from schedules.model import choose_interval
 from workloads import Forward, Leapfrog, Reverse, forward_reverse, store_all_reference
 
 pytestmark = pytest.mark.timeout(60)
@@ -179,14 +181,20 @@ def test_the_model_prices_a_fast_and_a_slow_node_apart():
             # each tier measured on its own: the slow one by at least its delay
             assert slow_w >= 0.02 > fast_w and slow_r >= 0.02 > fast_r, ckp.tier_costs
             forward_reverse(model, ckp)  # the compute costs, measured on a run
-            tuner = ckp.costs
-            tiers = tuner.tiers_for_model([2, None], priced=True)
-            # the model's tiers carry each one's own rates (the fast one's as the run taught)
-            assert tiers[1].tw >= 0.02 > tiers[0].tw and tiers[1].tr >= 0.02 > tiers[0].tr
-            measured = tuner.choose(capacities=[2, None]).prediction.total_s
-            tuner.tier_costs = [ckp.tier_costs[0]] * 2  # the slow node as fast as the first
-            alike = tuner.choose(capacities=[2, None]).prediction.total_s
-            assert measured > alike, (measured, alike)
+            costs = ckp.costs
+            # what "auto" prices with carries each tier's own rates (the fast one's as the run
+            # taught)
+            (fast_w, fast_r), (slow_w, slow_r) = costs.tier_costs
+            assert slow_w >= 0.02 > fast_w and slow_r >= 0.02 > fast_r, costs.tier_costs
+            compute = Costs(tf=costs.tf, tb=costs.tb or costs.tf, tc=costs.tc or 0.0,
+                            tcall=costs.tcall or 0.0)
+
+            def price(tier_costs) -> float:
+                tiers = [Level2Tier(capacity, tw, tr)
+                         for capacity, (tw, tr) in zip([2, None], tier_costs)]
+                return choose_interval(model.n, 4, compute, tiers=tiers).prediction.total_s
+            # the slow node priced apart from one as fast as the first
+            assert price(costs.tier_costs) > price([costs.tier_costs[0]] * 2)
     finally:
         fast.close()
         slow.close()

@@ -11,7 +11,7 @@ import pytest
 
 from asyncckpt import FileStorage, HostMemoryStorage, Storage, StorageFullError, StorageKeyError
 from asyncckpt.storage import TieredStorage, WrapperStorage
-from asyncckpt._planning.calibrate import BURST_STATES, measure_transfer
+from asyncckpt._tuning.calibrate import BURST_STATES, measure_transfer
 from asyncckpt._memory.buffers import PAGE, aligned_buffer
 from asyncckpt.storage.kept import KEPT_FILES, RELEASE_IN_BACKGROUND_BYTES, fits_beside, release_files
 from asyncckpt.testing import StorageTests

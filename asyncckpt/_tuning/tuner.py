@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from schedules.model import (CodecCosts, Costs, FreshMemory, IntervalChoice, Level2Tier,
+from schedules.model import (CodecCosts, Costs, IntervalChoice, Level2Tier,
                              choose_interval, predict_async_multistage, predict_revolve,
                              predict_tiered)
 
 from .._execution.timing import RUN_DECAY, CallFit
 from .choice import NEAR_TIE, Plan, cheapest_near_fastest, fastest_once_warm
+from .fresh import FreshMemory
 from .costs import (DRIFT, LOADED, PRIOR_TRANSFERS, ComputeCosts, RunMean, TransferCosts,
                     blend)
 from .residual import Residual
@@ -53,7 +54,7 @@ class IntervalTuner:
 
     The costs live in small parts: the compute costs of runs without Level-2 transfers beside
     the compute (:attr:`quiet`) and with them (:attr:`busy`), each a
-    :class:`~asyncckpt._planning.costs.ComputeCosts`; Level-2's transfer costs with their
+    :class:`~asyncckpt._tuning.costs.ComputeCosts`; Level-2's transfer costs with their
     floors (:attr:`transfers`); what each transfer takes from the compute beside it
     (:attr:`tx`); the codec's costs (:attr:`codec`); and the price of fresh memory
     (:attr:`fault_s`, :attr:`warm_buffers`, :attr:`in_memory`). Each is readable and settable

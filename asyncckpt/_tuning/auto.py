@@ -1,7 +1,7 @@
 """``interval="auto"`` and ``"adaptive"`` for one checkpointer: the tuner of its costs, the probe
 of a first run, the choice of each run's plan and what a completed run teaches.
 
-The model and the tuner live in :mod:`schedules.model` and :mod:`asyncckpt._planning.tuner`;
+The model and the tuner live in :mod:`schedules.model` and :mod:`asyncckpt._tuning.tuner`;
 this module joins them to the checkpointer's parts (its planner, Level-1 slots, Level-2 and
 ranks).
 """
@@ -14,14 +14,14 @@ from typing import Any
 from schedules import AsyncMultistage
 from schedules.model import CodecCosts, adaptive_interval, predict_adaptive
 
-from .budget import slot_candidates
+from .._planning.budget import slot_candidates
 from .._memory.buffers import padded
 from .calibrate import measure_fault, probe_forward
 from .._execution.engine import TransferEngine
 from .._execution.interpreter import Interpreter, Level1
 from .._execution.link import HostLink
 from .._execution.ranks import Ranks
-from .plan import Planner
+from .._planning.plan import Planner
 from .._memory.pool import POOL
 from .choice import Plan, cheapest_near_fastest, explored, fastest_once_warm
 from .cost_memory import COSTS, agree_costs
@@ -41,7 +41,7 @@ def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers:
     Level-2 device, its codec and the protocol: taping runs a forward and a reverse call by
     turns at every reverse step, and their steps cost more than taping-free runs' do
     (docs/measurements.md). The first checkpointer of one protocol starts from what runs of
-    the other measured (see :meth:`~asyncckpt._planning.cost_memory.CostMemory.recall`)."""
+    the other measured (see :meth:`~asyncckpt._tuning.cost_memory.CostMemory.recall`)."""
     def describe(tier: Storage) -> str:
         config = tier.get_config()
         return str(sorted(config.items())) if config else type(tier).__qualname__
@@ -192,7 +192,7 @@ class AutoPlanner:
 
     def _probe(self, stats: Stats, interpreter: Interpreter) -> None:
         """Time the opening forward calls (see
-        :func:`~asyncckpt._planning.calibrate.probe_forward`). u_0 is kept in a Level-1 slot and
+        :func:`~asyncckpt._tuning.calibrate.probe_forward`). u_0 is kept in a Level-1 slot and
         restored, so the schedule then runs from u_0 as it is."""
         n, arrays, link, tuner = self.planner.n_timesteps, interpreter.arrays, self.link, \
             self.tuner
@@ -299,13 +299,13 @@ class AutoPlanner:
 
     def _choose(self, stats: Stats) -> None:
         """Take the schedule the model predicts fastest once memory is warm, or after a first
-        run one within :data:`~asyncckpt._planning.tuner.NEAR_TIE` of it that faults in less fresh
+        run one within :data:`~asyncckpt._tuning.tuner.NEAR_TIE` of it that faults in less fresh
         memory: an interval, or Revolve in Level-1 alone; under a budget without fixed slots,
         also the split of the budget between Level-1 slots and the DRAM tier. A kind of plan
-        no run has measured, priced within :data:`~asyncckpt._planning.choice.EXPLORE` of that,
-        runs once instead (:func:`~asyncckpt._planning.choice.explored`). The prediction
+        no run has measured, priced within :data:`~asyncckpt._tuning.choice.EXPLORE` of that,
+        runs once instead (:func:`~asyncckpt._tuning.choice.explored`). The prediction
         adds what this run pays to fault in the memory no earlier run left (see
-        :mod:`asyncckpt._planning.tuner`)."""
+        :mod:`asyncckpt._tuning.tuner`)."""
         tuner, planner = self.tuner, self.planner
         tuner.n_steps = self.nominal_n()
         tuner.warm_buffers = self.warm_buffers()

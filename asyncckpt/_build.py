@@ -12,23 +12,25 @@ from typing import Any
 
 from schedules import AsyncMultistage, OnlineMultistage, Revolve
 
-from .._execution.bounded import ABANDON_S, BoundedCalls
-from .._execution.decisions import RunDecisions
-from .._execution.engine import TransferEngine
-from .._execution.interpreter import Interpreter
-from .._execution.level1 import Level1
-from .._execution.link import Link, link_for, measure_copy
-from .._execution.meter import RunMeter
-from .._execution.ranks import Ranks
-from ..errors import UsageError
-from ..stats import Stats
-from ..storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
+from ._execution.bounded import ABANDON_S, BoundedCalls
+from ._execution.decisions import RunDecisions
+from ._execution.engine import TransferEngine
+from ._execution.interpreter import Interpreter
+from ._execution.level1 import Level1
+from ._execution.link import Link, link_for, measure_copy
+from ._execution.meter import RunMeter
+from ._execution.ranks import Ranks
+from .costs import MeasuredCosts
+from .errors import UsageError
+from .stats import Stats
+from .storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
                        open_level2)
-from .auto import AutoPlanner
-from .budget import MemoryPlan, check_node_holds
-from .calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
-from .options import Options
-from .plan import Planner
+from ._tuning.auto import AutoPlanner
+from ._planning.budget import MemoryPlan, check_node_holds
+from ._tuning.view import assume, view
+from ._tuning.calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
+from ._planning.options import Options
+from ._planning.plan import Planner
 
 __all__ = ["Parts", "Runs", "build"]
 
@@ -270,6 +272,17 @@ class Runs:
         self.interpreter.expected_stores = (0 if online or n is None or not planner.interval
                                             else -(-n // planner.interval))
         return stats, planner.schedule
+
+    def costs(self) -> MeasuredCosts | None:
+        """What "auto" and "adaptive" price plans with (None for a fixed interval)."""
+        return None if self.auto is None else view(self.auto.tuner)
+
+    def assume(self, costs: MeasuredCosts) -> None:
+        """Price the next plans with ``costs`` (see :func:`asyncckpt._tuning.view.assume`)."""
+        if self.auto is None:
+            raise UsageError("costs are set where interval is 'auto' or 'adaptive'; this "
+                             "checkpointer's interval is fixed, and nothing prices its plans")
+        assume(self.auto.tuner, costs)
 
     def learn(self, stats: Stats) -> None:
         """After a completed run: what the model learns from it."""
