@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any
@@ -98,6 +97,11 @@ class AsyncCheckpointer:
     transfer_timeout : float, optional
         Seconds past which a Level-2 transfer the caller waits for means a stalled device: a
         :class:`~asyncckpt.TransferError` (default 60, more for a slow one; docs/reliability.md).
+    run_dir, outputs, adjoint, keep_run_dir : optional
+        Level-2 durable in the directory ``run_dir``, committed with the descriptors ``outputs``
+        (the forward's products) and ``adjoint`` (the reverse's state); a checkpointer made
+        later on it resumes the run (:attr:`resumed`); a finished run's is removed unless
+        ``keep_run_dir`` (docs/resume.md).
 
     Notes
     -----
@@ -115,7 +119,8 @@ class AsyncCheckpointer:
         transfers: str = "auto", verify: bool = True, compression: Any = None,
         on_level2_error: str = "raise", blas_threads: int | None = None,
         taping: bool | None = None, keep_trace: bool = False, comm: Any = None,
-        transfer_timeout: float | None = None,
+        transfer_timeout: float | None = None, run_dir: str | os.PathLike[str] | None = None,
+        outputs: Any = None, adjoint: Any = None, keep_run_dir: bool = False,
     ) -> None:
         self._closed = True  # until construction succeeds
         self._calls = CallGuard()
@@ -128,7 +133,8 @@ class AsyncCheckpointer:
             io_threads=io_threads, transfers=transfers, verify=verify, compression=compression,
             dtype=self.dtype, on_level2_error=on_level2_error, blas_threads=blas_threads,
             taping=decide_taping(taping, checkpoint, fwd_operator, rev_operator),
-            keep_trace=keep_trace, transfer_timeout=transfer_timeout)
+            keep_trace=keep_trace, transfer_timeout=transfer_timeout, run_dir=run_dir,
+            outputs=outputs, adjoint=adjoint, keep_run_dir=keep_run_dir)
         self.n_timesteps, self.keep_trace = options.n_timesteps, options.keep_trace
         #: the actions the last run executed (with ``keep_trace=True``)
         self.trace: list[Action] = []
@@ -183,6 +189,12 @@ class AsyncCheckpointer:
         return None if auto is None else auto.tuner
 
     @property
+    def resumed(self) -> dict[str, Any] | None:
+        """None for a fresh run, else where the run in ``run_dir`` resumes: its "sweep" and
+        "step" (docs/resume.md)."""
+        return self._parts.runs.resume.resumed
+
+    @property
     def stats(self) -> Stats:
         """Counts and timings of the current (or last) run."""
         return self._stats
@@ -225,20 +237,8 @@ class AsyncCheckpointer:
     def _run(self, until: type[EndForward] | type[EndReverse]) -> None:
         """One sweep, timed into the run's stats."""
         assert self._actions is not None
-        parts, stats, start = self._parts, self._stats, time.perf_counter()
-        try:
-            if until is EndForward:  # the plan's buffers, made before the sweep
-                parts.runs.planner.fit_memory(parts.level1, parts.engine)
-            parts.interpreter.sweep(self._actions, until, stats, parts.meter.fit,
-                                    self.trace if self.keep_trace else None,
-                                    blas_threads=self._options.blas_threads)
-        finally:
-            elapsed = time.perf_counter() - start
-            if until is EndForward:
-                stats.forward_s = elapsed
-            else:
-                stats.reverse_s = elapsed
-            parts.meter.collect(stats)
+        self._parts.runs.sweep(self._actions, until, self._stats,
+                               self.trace if self.keep_trace else None, self._options.blas_threads)
 
     def _abandon_run(self) -> None:
         self._parts.engine.discard()

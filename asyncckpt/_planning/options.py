@@ -8,10 +8,12 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from schedules._args import check_bool, check_int
 
+from ..checkpoint import check_descriptor
 from ..compression import Codec, MissingCodecError, make_codec
 from ..errors import InvalidTypeError, InvalidValueError, UsageError
 
@@ -20,7 +22,7 @@ if TYPE_CHECKING:  # taping.py reads the environment through this module
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_STEPS", "Options", "check_bool", "check_choice", "check_int", "check_operator",
+__all__ = ["MAX_STEPS", "Options", "RunDirOptions", "check_bool", "check_choice", "check_int", "check_operator",
            "check_stop", "environment", "parse_bytes", "parse_flag", "parse_interval"]
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -162,6 +164,43 @@ def parse_bytes(name: str, value: object) -> int:
 
 
 @dataclass(frozen=True)
+class RunDirOptions:
+    """``run_dir=``, ``outputs=``, ``adjoint=`` and ``keep_run_dir=`` (docs/resume.md)."""
+
+    path: Path
+    outputs: Any
+    adjoint: Any
+    keep: bool
+
+    @classmethod
+    def parse(cls, run_dir: object, outputs: object, adjoint: object, keep: object, *,
+              n: int | None, interval: object, verify: object, codec: object
+              ) -> "RunDirOptions | None":
+        """The run directory's options (None without ``run_dir``), checked against the
+        others: a run that resumes needs a schedule fixed by n, and checksums."""
+        if run_dir is None:
+            for name, value in (("outputs", outputs), ("adjoint", adjoint)):
+                if value is not None:
+                    raise UsageError(f"{name}= is committed to a run directory: give run_dir= "
+                                     "too")
+            return None
+        if not isinstance(run_dir, (str, os.PathLike)):
+            raise InvalidTypeError(f"run_dir must be a str or os.PathLike, got "
+                                   f"{type(run_dir).__name__}")
+        if n is None or interval == "adaptive":
+            raise UsageError("run_dir= resumes a schedule fixed in advance: it needs "
+                             f"n_timesteps and an int or 'auto' interval, got n_timesteps={n}, "
+                             f"interval={interval!r}")
+        if verify is False or codec is not None:
+            raise UsageError("run_dir= commits every state with its checksum: it needs "
+                             "verify=True and no compression")
+        for name, value in (("outputs", outputs), ("adjoint", adjoint)):
+            if value is not None:
+                check_descriptor(value)
+        return cls(Path(run_dir), outputs, adjoint, check_bool("keep_run_dir", keep))
+
+
+@dataclass(frozen=True)
 class Options:
     """The options of an :class:`~asyncckpt.AsyncCheckpointer`, checked and parsed once (see its
     docstring for each). ``interval`` is an int, "auto" or "adaptive" ("auto" with unknown n
@@ -188,6 +227,9 @@ class Options:
     taping_reason: str = ""
     #: seconds past which a transfer the caller waits for is a stall (None: derived)
     transfer_timeout: float | None = None
+    #: the run directory (``run_dir=``; None: nothing outlives the process), what it commits
+    #: besides the states, and whether a finished run's is kept
+    run_dir: RunDirOptions | None = None
 
     @property
     def adaptive(self) -> bool:
@@ -204,7 +246,8 @@ class Options:
               io_threads: object, transfers: object, verify: object, compression: object,
               dtype: object, on_level2_error: object, blas_threads: object,
               taping: Protocol, keep_trace: object,
-              transfer_timeout: object = None) -> "Options":
+              transfer_timeout: object = None, run_dir: object = None, outputs: object = None,
+              adjoint: object = None, keep_run_dir: object = False) -> "Options":
         """Check every option, raising an error that names the first bad one; ``dtype`` is the
         states' (for the codec of ``compression``), ``taping`` the protocol decided."""
         n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1, MAX_STEPS)
@@ -242,4 +285,6 @@ class Options:
             keep_trace=check_bool("keep_trace", keep_trace),
             transfer_timeout=None if transfer_timeout is None else check_seconds(
                 "transfer_timeout", transfer_timeout),
+            run_dir=RunDirOptions.parse(run_dir, outputs, adjoint, keep_run_dir, n=n,
+                                        interval=parsed, verify=verify, codec=codec),
         )

@@ -1,0 +1,105 @@
+"""Run by tests/test_asyncckpt/test_resume.py in a process of its own: one forward and reverse
+sweep of the recurrent cell with a run directory, killed by a real SIGKILL where told, else
+printing one JSON line: what it resumed from, the gradients and the outputs, as hex bytes.
+
+Usage: resume_job.py RUN_DIR N INTERVAL [fwd|rev STEP [DELAY_S]]: SIGKILL when the forward
+operator reaches step STEP (or the reverse one reverses it), DELAY_S seconds later (a thread's
+timer: the kill lands wherever the run is then).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from asyncckpt import AsyncCheckpointer  # noqa: E402
+from workloads import Forward, RecurrentCell, Reverse  # noqa: E402
+
+
+class Traces:
+    """The forward's outputs: h at every step (a receiver's trace), written as it goes."""
+
+    def __init__(self, model: RecurrentCell) -> None:
+        self.model = model
+        self.data = np.zeros((model.n + 1,) + model.h.shape, model.h.dtype)
+        self.size, self.dtype = self.data.size, self.data.dtype
+
+    def get_data(self, t: int) -> list[np.ndarray]:
+        return [self.data]
+
+    get_data_location = get_data
+
+
+class Adjoint:
+    """The reverse sweep's state: the gradient accumulator and the adjoint arrays (the model
+    rebinds the latter at each step: the descriptor answers with the current ones)."""
+
+    def __init__(self, model: RecurrentCell) -> None:
+        self.model = model
+        self.size = model.gW.size + model.lam_h.size + model.lam_c.size
+        self.dtype = model.gW.dtype
+
+    def get_data(self, t: int) -> list[np.ndarray]:
+        return [self.model.gW, self.model.lam_h, self.model.lam_c]
+
+    get_data_location = get_data
+
+
+def killer(kind: str, at: int, delay: float) -> tuple[type, type]:
+    """Operators that send this process SIGKILL once step ``at`` is reached (``kind``)."""
+    def kill() -> None:
+        if delay:
+            threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    class KillingForward(Forward):
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            self.model.trace.calls.append(("fwd", t_start, t_end))
+            for t in range(t_start, t_end):
+                self.model.step(t)
+                traces.data[t + 1] = self.model.h
+                if kind == "fwd" and t + 1 == at:
+                    kill()
+
+    class KillingReverse(Reverse):
+        def apply(self, *, t_start: int, t_end: int) -> None:
+            super().apply(t_start=t_start, t_end=t_end)
+            if kind == "rev" and t_start == at:
+                kill()
+    return KillingForward, KillingReverse
+
+
+def main() -> None:
+    run_dir, n, interval = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    kind, at = (sys.argv[4], int(sys.argv[5])) if len(sys.argv) > 5 else ("", -1)
+    delay = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+    model = RecurrentCell(n)
+    global traces
+    traces = Traces(model)
+    traces.data[0] = model.h
+    fwd, rev = killer(kind, at, delay)
+    with AsyncCheckpointer(model, fwd(model), rev(model), n, l1_slots=2, interval=interval,
+                           run_dir=run_dir, outputs=traces, adjoint=Adjoint(model)) as ckp:
+        resumed = ckp.resumed
+        ckp.apply_forward()
+        forward_steps = ckp.stats.forward_steps
+        model.reset_adjoint()
+        ckp.apply_reverse()
+        reverse_steps = ckp.stats.reverse_steps
+    print(json.dumps({"resumed": resumed, "forward_steps": forward_steps,
+                      "reverse_steps": reverse_steps,
+                      "gradients": [g.tobytes().hex() for g in model.gradients()],
+                      "outputs": traces.data.tobytes().hex()}), flush=True)
+
+
+traces: Traces
+
+if __name__ == "__main__":
+    main()
