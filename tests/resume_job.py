@@ -51,15 +51,18 @@ class Adjoint:
     get_data_location = get_data
 
 
-def killer(kind: str, at: int, delay: float) -> tuple[type, type]:
-    """Operators that send this process SIGKILL once step ``at`` is reached (``kind``)."""
+def operators(model: RecurrentCell, traces: Traces, kind: str = "", at: int = -1,
+              delay: float = 0.0) -> tuple[Forward, Reverse]:
+    """The model's operators, the forward one writing ``traces`` step by step; each sends this
+    process SIGKILL once step ``at`` is reached (``kind``: "fwd" or "rev"), ``delay`` seconds
+    later."""
     def kill() -> None:
         if delay:
             threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
         else:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    class KillingForward(Forward):
+    class TracingForward(Forward):
         def apply(self, *, t_start: int, t_end: int) -> None:
             self.model.trace.calls.append(("fwd", t_start, t_end))
             for t in range(t_start, t_end):
@@ -73,33 +76,37 @@ def killer(kind: str, at: int, delay: float) -> tuple[type, type]:
             super().apply(t_start=t_start, t_end=t_end)
             if kind == "rev" and t_start == at:
                 kill()
-    return KillingForward, KillingReverse
+    return TracingForward(model), KillingReverse(model)
 
 
-def main() -> None:
-    run_dir, n, interval = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    kind, at = (sys.argv[4], int(sys.argv[5])) if len(sys.argv) > 5 else ("", -1)
-    delay = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+def run(run_dir: str, n: int, interval: int | str, kind: str = "", at: int = -1,
+        delay: float = 0.0, **options: object) -> dict:
+    """One run from a fresh model (resumed where ``run_dir`` holds one): what it resumed from,
+    its steps, gradients and outputs."""
     model = RecurrentCell(n)
-    global traces
     traces = Traces(model)
     traces.data[0] = model.h
-    fwd, rev = killer(kind, at, delay)
-    with AsyncCheckpointer(model, fwd(model), rev(model), n, l1_slots=2, interval=interval,
-                           run_dir=run_dir, outputs=traces, adjoint=Adjoint(model)) as ckp:
+    fwd, rev = operators(model, traces, kind, at, delay)
+    with AsyncCheckpointer(model, fwd, rev, n, l1_slots=2, interval=interval, run_dir=run_dir,
+                           outputs=traces, adjoint=Adjoint(model), **options) as ckp:
         resumed = ckp.resumed
         ckp.apply_forward()
         forward_steps = ckp.stats.forward_steps
         model.reset_adjoint()
         ckp.apply_reverse()
         reverse_steps = ckp.stats.reverse_steps
-    print(json.dumps({"resumed": resumed, "forward_steps": forward_steps,
-                      "reverse_steps": reverse_steps,
-                      "gradients": [g.tobytes().hex() for g in model.gradients()],
-                      "outputs": traces.data.tobytes().hex()}), flush=True)
+    return {"resumed": resumed, "forward_steps": forward_steps, "reverse_steps": reverse_steps,
+            "gradients": [g.tobytes().hex() for g in model.gradients()],
+            "outputs": traces.data.tobytes().hex()}
 
 
-traces: Traces
+def main() -> None:
+    run_dir, n = sys.argv[1], int(sys.argv[2])
+    interval = sys.argv[3] if sys.argv[3] == "auto" else int(sys.argv[3])
+    kind, at = (sys.argv[4], int(sys.argv[5])) if len(sys.argv) > 5 else ("", -1)
+    delay = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+    print(json.dumps(run(run_dir, n, interval, kind, at, delay)), flush=True)
+
 
 if __name__ == "__main__":
     main()
