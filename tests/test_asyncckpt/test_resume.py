@@ -20,8 +20,9 @@ import pytest
 
 from asyncckpt import AsyncCheckpointer, CheckpointError
 from asyncckpt.errors import CorruptionError, TransferError, UsageError
-from asyncckpt.storage.durable import STATES_FILE
+from asyncckpt.storage.durable import STATES_FILE, DurableFileStorage
 from asyncckpt.storage.rundir import MANIFEST, read_manifest
+from asyncckpt.testing import StorageTests
 from resume_job import Adjoint, Traces, operators, run
 from workloads import RecurrentCell, store_all_reference
 
@@ -214,3 +215,39 @@ def test_options_that_cannot_resume_are_refused(tmp_path):
         options = {"run_dir": tmp_path / "run", **options}
         with pytest.raises(CheckpointError, match=match):
             AsyncCheckpointer(model, fwd, rev, N, l1_slots=2, **options)
+
+
+class TestDurableFileStorage(StorageTests):
+    """The Level-2 of a run directory keeps the Storage contract."""
+
+    def make_storage(self, tmp_path: Path) -> DurableFileStorage:
+        return DurableFileStorage(tmp_path / "run")
+
+
+def test_durable_storage_hands_its_states_to_a_later_backend(tmp_path):
+    first = DurableFileStorage(tmp_path)
+    states = {key: np.full(5000, key, np.uint8) for key in (0, 6, 12)}
+    for key, state in states.items():
+        first.put(key, state)
+    first.delete(6)
+    records = first.records()
+    first.close()
+    assert (tmp_path / STATES_FILE).exists()
+    later = DurableFileStorage(tmp_path)
+    later.restore(5000, records)
+    for key in (0, 12):
+        out = np.zeros(5000, np.uint8)
+        later.get(key, out)
+        assert (out == key).all()
+    assert 6 not in later
+    later.put(18, states[6])  # into the record 6 left, not over a restored one
+    out = np.zeros(5000, np.uint8)
+    later.get(12, out)
+    assert (out == 12).all()
+    later.close()
+    with open(tmp_path / STATES_FILE, "r+b") as file:
+        file.truncate(4096)
+    cut = DurableFileStorage(tmp_path)
+    with pytest.raises(CorruptionError, match="cut short"):
+        cut.restore(5000, records)
+    cut.close()
