@@ -29,7 +29,7 @@ from schedules.actions import Action
 from schedules.multistage import reverse_intervals
 
 from .._memory.buffers import aligned_buffer
-from ..errors import CorruptionError, UsageError
+from ..errors import CorruptionError, StorageError, UsageError
 from ..storage.directories import make_private
 from ..storage.durable import STATES_FILE, DurableFileStorage
 from ..storage.rundir import MANIFEST, FORMAT, read_manifest, read_snapshot, write_manifest, \
@@ -205,9 +205,21 @@ class RunDir:
 
     def _forward_from(self, schedule: AsyncMultistage, step: int) -> Iterator[Action]:
         """The schedule from the committed u_step on, restored into the live arrays (and the
-        outputs as they were then) first."""
-        self._restore_state(step)
-        self._restore("outputs", self.outputs, step)
+        outputs as they were then) first; where either is damaged or missing, under the
+        recompute policy, the whole run from u_0 (the live arrays a fresh process holds)."""
+        assert self._engine is not None
+        try:
+            self._restore_state(step)
+            self._restore("outputs", self.outputs, step)
+        except StorageError as exc:
+            if not self._engine.recovery.enabled:
+                raise
+            log.warning("run_dir %s: %s; the run starts again from u_0", self.path, exc)
+            for key in sorted(self._states):
+                self._engine.free(key)
+            self._begin(schedule)
+            yield from schedule
+            return
         actions = iter(schedule)
         for action in actions:
             if action == Store(step, Tier.L2):

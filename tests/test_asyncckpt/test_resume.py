@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -174,6 +175,11 @@ def test_a_damaged_state_is_refused_or_recomputed_exactly(tmp_path, reference):
     flip(run_dir / STATES_FILE, record[manifest["step"]] * 4096 + 7)
     with pytest.raises(CorruptionError, match=f"u_{manifest['step']}"):
         run(str(run_dir), N, INTERVAL)
+    kept = tmp_path / "kept"
+    shutil.copytree(run_dir, kept)
+    result = run(str(kept), N, INTERVAL, on_level2_error="recompute")
+    assert result["forward_steps"] == N  # from u_0 again
+    check_exact(result, reference)
     flip(run_dir / STATES_FILE, record[manifest["step"]] * 4096 + 7)  # mended
     flip(run_dir / STATES_FILE, record[6] * 4096 + 7)
     with pytest.raises(TransferError, match="u_6"):
