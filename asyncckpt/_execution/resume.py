@@ -32,14 +32,17 @@ from .._memory.buffers import aligned_buffer
 from ..errors import CorruptionError, StorageError, UsageError
 from ..storage.directories import make_private
 from ..storage.durable import STATES_FILE, DurableFileStorage
-from ..storage.rundir import MANIFEST, FORMAT, read_manifest, read_snapshot, write_manifest, \
-    write_snapshot
+from ..storage.rundir import MANIFEST, FORMAT, read_manifest, read_snapshot
+from .committer import Committer, Snapshots
 from .engine import TransferEngine
 from .interpreter import Interpreter
 
 __all__ = ["NoRunDir", "ResumableEngine", "RunDir", "identity_of"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds a run's end and ``close`` wait for the commits under way
+COMMIT_WAIT_S = 60.0
 
 
 class ResumableEngine(TransferEngine):
@@ -118,7 +121,9 @@ class RunDir:
                 manifest = None  # killed before its first commit: nothing to resume
         #: this run's Level-2 (the checkpointer's parts close it)
         self.storage = DurableFileStorage(path)
-        self._manifest: dict[str, Any] = manifest or {}
+        #: the manifest found (what a resumed run restores from), then the one being made
+        self._found: dict[str, Any] = manifest or {}
+        self._manifest: dict[str, Any] = dict(self._found)
         #: committed states: key -> (record, bytes, checksum)
         self._states: dict[int, tuple[int, int, int]] = {}
         if manifest is not None:
@@ -138,6 +143,9 @@ class RunDir:
         self._engine: ResumableEngine | None = None
         self._interpreter: Interpreter | None = None
         self._serial = self._manifest.get("serial", 0)
+        self._snapshots: Snapshots = {}  # written with the next commit
+        self._committer = Committer(path, {what: self._found.get(what)
+                                           for what in ("outputs", "adjoint")})
         self._pending: list[int] = []  # stored this sweep, not committed yet, oldest first
         self._outputs_at: dict[int, list[np.ndarray]] = {}  # ... the outputs when stored
         self._sweep = "idle"
@@ -184,8 +192,8 @@ class RunDir:
         if not self._resuming:
             self._begin(schedule)
             source: Iterator[Action] = iter(schedule)
-        elif self._manifest["sweep"] == "forward":
-            source = self._forward_from(schedule, self._manifest["step"])
+        elif self._found["sweep"] == "forward":
+            source = self._forward_from(schedule, self._found["step"])
         else:  # the forward sweep is done: nothing of it to commit again
             source = self._reverse_from(schedule, self.resumed["step"] if self.resumed else 0)
             sweep = "resumed"
@@ -197,10 +205,11 @@ class RunDir:
     def _begin(self, schedule: AsyncMultistage) -> None:
         """A fresh run: a manifest that holds no state yet, and says what the run is."""
         self._states, self._pending, self._outputs_at = {}, [], {}
-        self._manifest = {"format": FORMAT, "run": self.identity, "writer": _writer(),
+        self._manifest = {"format": FORMAT, "run": self.identity,
                           "plan": {"interval": schedule.interval,
                                    "l1_slots": schedule.l1_slots},
-                          "sweep": "forward", "step": 0, "outputs": None, "adjoint": None}
+                          "sweep": "forward", "step": 0}
+        self._snapshots = {"outputs": None, "adjoint": None}
         self._commit()
 
     def _forward_from(self, schedule: AsyncMultistage, step: int) -> Iterator[Action]:
@@ -296,33 +305,32 @@ class RunDir:
             self._manifest.update(sweep="done", step=0)
             self._sweep = "idle"
         self._commit()
+        if until is EndReverse:  # a finished run is on the device when apply_reverse returns
+            self._committer.wait(COMMIT_WAIT_S)
 
     # commits and restores
 
     def _snapshot(self, what: str, source: Any, step: int | None) -> None:
-        """Write ``what`` (the arrays of descriptor ``source`` at ``step``, or arrays) for the
-        next commit to name."""
+        """Snapshot ``what`` (the arrays of descriptor ``source`` at ``step``, copied, or
+        copies already) for the next commit to write."""
         if source is None:
             return
-        arrays = source if isinstance(source, list) else source.get_data(
-            self.identity["n_timesteps"] if step is None else step)
+        arrays = source if isinstance(source, list) else [
+            np.array(a, copy=True) for a in source.get_data(
+                self.identity["n_timesteps"] if step is None else step)]
         self._serial += 1
-        self._manifest[what] = write_snapshot(self.path, f"{what}.{self._serial}.bin", arrays)
+        self._snapshots[what] = (f"{what}.{self._serial}.bin", arrays)
 
     def _commit(self) -> None:
-        """Put the manifest in place, then remove the snapshots it no longer names."""
+        """Hand the manifest, with the snapshots taken since the last, to the committer."""
         self._manifest["states"] = [[k, *v] for k, v in sorted(self._states.items())]
         self._manifest["serial"], self._manifest["writer"] = self._serial, self._writer
-        write_manifest(self.path, self._manifest)
-        named = {e["file"] for e in (self._manifest.get("outputs"), self._manifest.get("adjoint"))
-                 if e is not None}
-        for path in self.path.glob("*.bin"):
-            if path.name != STATES_FILE and path.name not in named:
-                path.unlink(missing_ok=True)
+        self._committer.submit(dict(self._manifest), self._snapshots)
+        self._snapshots = {}
 
     def _restore(self, what: str, descriptor: Any, step: int) -> None:
         """Copy the committed ``what`` into ``descriptor``'s arrays at ``step``."""
-        entry = self._manifest.get(what)
+        entry = self._found.get(what)
         if descriptor is not None and entry is not None:
             read_snapshot(self.path, entry, descriptor.get_data_location(step))
 
@@ -339,7 +347,13 @@ class RunDir:
         link.deliver(buffer, self._interpreter.arrays(step, into=True))
 
     def close(self) -> None:
-        """Remove the directory of a finished run, unless it is to be kept."""
+        """Wait for the commits under way (at most :data:`COMMIT_WAIT_S`), then remove the
+        directory of a finished run, unless it is to be kept."""
+        try:
+            self._committer.close(COMMIT_WAIT_S)
+        except StorageError as exc:  # what was put in place before stays, resumable
+            log.warning("run_dir %s: %s", self.path, exc)
+            return
         if self._manifest.get("sweep") != "done" or self.keep:
             return
         for path in self.path.iterdir():

@@ -74,9 +74,10 @@ def check_exact(result: dict, reference: dict) -> None:
 
 def test_a_forward_sweep_killed_resumes_from_its_last_commit(tmp_path, reference):
     run_dir = tmp_path / "run"
-    killed(run_dir, "fwd", 33)
+    # with two staging buffers the store of u_30 waited for the write of u_18 at the latest:
+    # its commit was under way at the kill
+    killed(run_dir, "fwd", 33, 0, 18)
     manifest = read_manifest(run_dir)
-    # with two staging buffers the store of u_30 waited for the write of u_18 at the latest
     assert manifest["sweep"] == "forward" and manifest["step"] in (18, 24, 30)
     assert (run_dir.stat().st_mode & 0o777) == 0o700
     assert manifest["writer"].startswith("asyncckpt ")
@@ -90,7 +91,7 @@ def test_a_forward_sweep_killed_resumes_from_its_last_commit(tmp_path, reference
 
 def test_a_reverse_sweep_killed_resumes_without_the_forward(tmp_path, reference):
     run_dir = tmp_path / "run"
-    killed(run_dir, "rev", 20)
+    killed(run_dir, "rev", 20, 0, 24)
     assert read_manifest(run_dir)["sweep"] == "reverse"
     result = resumed(run_dir)
     assert result["resumed"] == {"sweep": "reverse", "step": 24, "interval": INTERVAL,
@@ -122,7 +123,7 @@ def test_kills_at_random_points_of_either_sweep(tmp_path, reference):
 
 def test_another_runs_directory_is_refused_naming_what_differs(tmp_path):
     run_dir = tmp_path / "run"
-    killed(run_dir, "fwd", 20)
+    killed(run_dir, "fwd", 20, 0, 0)
     model = RecurrentCell(N - 1)
     fwd, rev = operators(model, Traces(model))
     with pytest.raises(UsageError, match=r"n_timesteps 40 there, 39 here"):
@@ -148,10 +149,11 @@ def test_another_runs_directory_is_refused_naming_what_differs(tmp_path):
 
 def test_a_damaged_manifest_is_refused(tmp_path):
     run_dir = tmp_path / "run"
-    killed(run_dir, "fwd", 20)
+    killed(run_dir, "fwd", 33, 0, 18)
     path = run_dir / MANIFEST
     text = path.read_text()
-    path.write_text(text.replace('"step": 12', '"step": 6'))
+    assert '"sweep": "forward"' in text
+    path.write_text(text.replace('"sweep": "forward"', '"sweep": "reverse"'))
     with pytest.raises(CorruptionError, match="checksum"):
         run(str(run_dir), N, INTERVAL)
 
@@ -169,7 +171,7 @@ def test_a_damaged_state_is_refused_or_recomputed_exactly(tmp_path, reference):
     when the reverse sweep reads it: refused, or under on_level2_error="recompute" rebuilt
     from an earlier one."""
     run_dir = tmp_path / "run"
-    killed(run_dir, "fwd", 33)
+    killed(run_dir, "fwd", 33, 0, 18)
     manifest = read_manifest(run_dir)
     record = {key: slot for key, slot, _, _ in manifest["states"]}
     flip(run_dir / STATES_FILE, record[manifest["step"]] * 4096 + 7)
@@ -190,7 +192,7 @@ def test_a_damaged_state_is_refused_or_recomputed_exactly(tmp_path, reference):
 
 def test_missing_files_are_refused(tmp_path):
     run_dir = tmp_path / "run"
-    killed(run_dir, "fwd", 33)
+    killed(run_dir, "fwd", 33, 0, 18)
     outputs = read_manifest(run_dir)["outputs"]["file"]
     (run_dir / outputs).unlink()
     with pytest.raises(CheckpointError, match=outputs):
