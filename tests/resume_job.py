@@ -63,7 +63,8 @@ def settled(run_dir: str, kind: str, step: int) -> bool:
     if manifest is None:
         return False
     if kind == "fwd":
-        return manifest["sweep"] != "forward" or manifest["step"] >= step
+        return manifest["sweep"] != "forward" or bool(manifest["states"]
+                                                      and manifest["step"] >= step)
     return manifest["sweep"] == "reverse" and manifest["step"] <= step
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -32,7 +33,7 @@ from .._memory.buffers import aligned_buffer
 from ..errors import CorruptionError, StorageError, UsageError
 from ..storage.directories import make_private
 from ..storage.durable import STATES_FILE, DurableFileStorage
-from ..storage.rundir import MANIFEST, FORMAT, read_manifest, read_snapshot
+from ..storage.rundir import MANIFEST, FORMAT, fsync_directory, read_manifest, read_snapshot
 from .committer import Committer, Snapshots
 from .engine import TransferEngine
 from .interpreter import Interpreter
@@ -151,9 +152,9 @@ class RunDir:
         self._sweep = "idle"
 
     def _check_unused(self) -> None:
-        """Raise unless the directory holds nothing but what a run that never committed left."""
-        ours = {STATES_FILE, f".{MANIFEST}.tmp"}
-        others = sorted(p.name for p in self.path.iterdir() if p.name not in ours)
+        """Raise unless the directory holds nothing but what a run that never committed, or
+        one killed while its directory was being removed, left."""
+        others = sorted(p.name for p in self.path.iterdir() if not _ours(p.name))
         if others:
             raise UsageError(f"run_dir {str(self.path)!r} holds no run's manifest but other "
                              f"files ({', '.join(others[:5])}): give an empty or new directory")
@@ -356,13 +357,22 @@ class RunDir:
             return
         if self._manifest.get("sweep") != "done" or self.keep:
             return
+        # the manifest first: a kill from here on leaves no run, and files a new one ignores
+        (self.path / MANIFEST).unlink(missing_ok=True)
+        fsync_directory(self.path)
         for path in self.path.iterdir():
-            if path.name == STATES_FILE or path.name.endswith((".bin", ".json", ".tmp")):
+            if _ours(path.name):
                 path.unlink(missing_ok=True)
         try:
             self.path.rmdir()
         except OSError:
             log.info("run_dir %s holds other files: left in place", self.path)
+
+
+def _ours(name: str) -> bool:
+    """Whether ``name`` is that of a file a run directory's run writes, besides its manifest."""
+    return (name in (STATES_FILE, f".{MANIFEST}.tmp")
+            or re.fullmatch(r"(outputs|adjoint)\.\d+\.bin", name) is not None)
 
 
 def _writer() -> str:

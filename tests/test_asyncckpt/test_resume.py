@@ -104,19 +104,26 @@ def test_a_reverse_sweep_killed_resumes_without_the_forward(tmp_path, reference)
 def test_kills_at_random_points_of_either_sweep(tmp_path, reference):
     """SIGKILL from a timer thread, landing anywhere: in a write, a commit, a restore. Each
     kill is followed by a resumption (which may itself be killed)."""
-    rng = random.Random(65)
+    rng = random.Random(61)
     seen = set()
     for point in range(KILLS):
         run_dir = tmp_path / f"run{point}"
-        for _ in range(rng.randint(1, 2)):  # killed once or twice
-            kind = rng.choice(["fwd", "rev"])
-            # half at an operator's step, half a moment later, wherever the run is then
-            delay = rng.choice([0.0, rng.uniform(0, 0.01)])
-            done = job(run_dir, N, INTERVAL, kind, rng.randrange(N), delay)
+        for attempt in range(rng.randint(1, 2)):  # killed once or twice
+            kind = ["fwd", "rev"][point % 2] if attempt == 0 else rng.choice(["fwd", "rev"])
+            at = rng.randrange(N)
+            # the first kill at an operator's step, once the commit sure to be on its way is
+            # in place (with two staging buffers the store of u_s waited for the write of
+            # u_{s-12}; in the reverse, the forward's end), a second one a moment later,
+            # wherever the run is then
+            last = (at - 1) // INTERVAL * INTERVAL - 2 * INTERVAL
+            delay = 0.0 if attempt == 0 else rng.uniform(0, 0.01)
+            committed = kind == "rev" or last >= 0
+            settle = [last if kind == "fwd" else N] if committed and not delay else []
+            done = job(run_dir, N, INTERVAL, kind, at, delay, *settle)
             assert done.returncode in (0, -9), done.stderr[-2000:]
-        result = resumed(run_dir)
-        check_exact(result, reference)
-        seen.add(None if result["resumed"] is None else result["resumed"]["sweep"])
+            if attempt == 0 and settle:
+                seen.add(read_manifest(run_dir)["sweep"])
+        check_exact(resumed(run_dir), reference)
     if KILLS >= 6:  # the points drawn resume both sweeps
         assert {"forward", "reverse"} <= seen, seen
 
@@ -259,3 +266,15 @@ def test_durable_storage_hands_its_states_to_a_later_backend(tmp_path):
     with pytest.raises(CorruptionError, match="cut short"):
         cut.restore(5000, records)
     cut.close()
+
+
+def test_a_run_killed_while_its_directory_was_removed_starts_afresh(tmp_path, reference):
+    """close() removes the manifest first: what a kill then leaves is no run, and files a
+    fresh one takes over (a kill that removed a snapshot first left a manifest naming it)."""
+    run_dir = tmp_path / "run"
+    killed(run_dir, "rev", 20, 0, 24)
+    (run_dir / MANIFEST).unlink()
+    result = run(str(run_dir), N, INTERVAL)
+    assert result["resumed"] is None
+    check_exact(result, reference)
+    assert not run_dir.exists()
