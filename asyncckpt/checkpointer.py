@@ -102,6 +102,8 @@ class AsyncCheckpointer:
         (the forward's products) and ``adjoint`` (the reverse's state); a checkpointer made
         later on it resumes the run (:attr:`resumed`); a finished run's is removed unless
         ``keep_run_dir`` (docs/resume.md).
+    keep_forward : bool
+        Keep the forward sweep's Level-2 states: apply_reverse() may run again (another seed).
 
     Notes
     -----
@@ -121,6 +123,7 @@ class AsyncCheckpointer:
         taping: bool | None = None, keep_trace: bool = False, comm: Any = None,
         transfer_timeout: float | None = None, run_dir: str | os.PathLike[str] | None = None,
         outputs: Any = None, adjoint: Any = None, keep_run_dir: bool = False,
+        keep_forward: bool = False,
     ) -> None:
         self._closed = True  # until construction succeeds
         self._calls = CallGuard()
@@ -134,7 +137,8 @@ class AsyncCheckpointer:
             dtype=self.dtype, on_level2_error=on_level2_error, blas_threads=blas_threads,
             taping=decide_taping(taping, checkpoint, fwd_operator, rev_operator),
             keep_trace=keep_trace, transfer_timeout=transfer_timeout, run_dir=run_dir,
-            outputs=outputs, adjoint=adjoint, keep_run_dir=keep_run_dir)
+            outputs=outputs, adjoint=adjoint, keep_run_dir=keep_run_dir,
+            keep_forward=keep_forward)
         self.n_timesteps, self.keep_trace = options.n_timesteps, options.keep_trace
         #: the actions the last run executed (with ``keep_trace=True``)
         self.trace: list[Action] = []
@@ -212,8 +216,9 @@ class AsyncCheckpointer:
         """
         with self._calls.running("apply_forward()"):
             check_stop(self.n_timesteps, stop)
-            if self._phase != "idle":
-                self._abandon_run()
+            if self._phase != "idle":  # the run under way (or kept) is abandoned
+                self._parts.abandon()
+                self._actions, self._phase = None, "idle"
             parts = self._parts
             stats, schedule = parts.runs.begin(stop)
             self._stats, self.trace = stats, []
@@ -224,14 +229,17 @@ class AsyncCheckpointer:
 
     def apply_reverse(self) -> None:
         """Run the reverse sweep: the adjoint of steps n-1 down to 0 (each after its taping step,
-        or, taping-free, with the live state u_t)."""
+        or, taping-free, with the live state u_t); with ``keep_forward=True``, again and again."""
         with self._calls.running("apply_reverse()"):
             if self._phase != "forward-done":
                 raise UsageError("apply_reverse() needs a completed apply_forward() first "
                                  f"(the checkpointer is {self._phase!r})")
+            if self._actions is None:  # a further reverse sweep over the kept forward sweep
+                self._stats, self._actions = self._parts.runs.reverse_again()
             self._phase = "reverse"
             self._run(EndReverse)
-            self._actions, self._phase = None, "idle"
+            self._actions, self._phase = None, "forward-done" if self._options.keep_forward \
+                else "idle"
             self._parts.runs.learn(self._stats)
 
     def _run(self, until: type[EndForward] | type[EndReverse]) -> None:
@@ -239,12 +247,6 @@ class AsyncCheckpointer:
         assert self._actions is not None
         self._parts.runs.sweep(self._actions, until, self._stats,
                                self.trace if self.keep_trace else None, self._options.blas_threads)
-
-    def _abandon_run(self) -> None:
-        self._parts.engine.discard()
-        self._parts.level1.abandon()
-        self._actions = None
-        self._phase = "idle"
 
     def close(self) -> None:
         """Stop the I/O threads and release Level-2 (delete its files); safe to call twice.

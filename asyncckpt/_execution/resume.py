@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from schedules import AsyncMultistage, EndForward, EndReverse, Free, Prefetch, Store, Tier
+from schedules import AsyncMultistage, EndForward, EndReverse, Free, Store, Tier
 from schedules.actions import Action
-from schedules.multistage import reverse_intervals
+from schedules.multistage import reverse_stored
 
 from .._memory.buffers import aligned_buffer
 from ..errors import CorruptionError, StorageError, UsageError
@@ -36,24 +36,15 @@ from ..storage.durable import STATES_FILE, DurableFileStorage
 from ..storage.rundir import MANIFEST, FORMAT, fsync_directory, read_manifest, read_snapshot
 from .committer import Committer, Snapshots
 from .engine import TransferEngine
+from .resumable import ResumableEngine
 from .interpreter import Interpreter
 
-__all__ = ["NoRunDir", "ResumableEngine", "RunDir", "identity_of"]
+__all__ = ["NoRunDir", "RunDir", "identity_of"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds a run's end and ``close`` wait for the commits under way
 COMMIT_WAIT_S = 60.0
-
-
-class ResumableEngine(TransferEngine):
-    """The transfer engine of a run with a run directory: it takes the states an earlier
-    process of the run committed as its own."""
-
-    def restored(self, key: int, size: int, digest: int) -> None:
-        """Take u_key (``size`` bytes, checksum ``digest``) as on Level-2: a resumed run's."""
-        self._sizes[key], self._digests[key] = size, digest
-        self.counters.held += 1
 
 
 def _shapes(descriptor: Any) -> list[list[int]]:
@@ -242,11 +233,8 @@ class RunDir:
         self._restore("outputs", self.outputs, schedule.n_steps)
         yield EndForward()
         self._restore("adjoint", self.adjoint, step)
-        starts = sorted(k for k in self._states if k < step) + [step]
-        if len(starts) > 1:
-            yield Prefetch(starts[-2])
-        yield from reverse_intervals(starts, schedule.l1_slots + 1, schedule.taping)
-        yield EndReverse()
+        yield from reverse_stored(sorted(k for k in self._states if k < step), step,
+                                  schedule.l1_slots + 1, schedule.taping)
 
     def _after(self, action: Action) -> None:
         """What the run commits once ``action`` is done."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from schedules import AsyncMultistage, EndForward, EndReverse
 from schedules.actions import Action
+from schedules.multistage import reverse_stored
 
 from .._execution.bounded import ABANDON_S, BoundedCalls
 from .._execution.decisions import RunDecisions
@@ -22,7 +23,8 @@ from .._execution.level1 import Level1
 from .._execution.link import Link, link_for, measure_copy
 from .._execution.meter import RunMeter
 from .._execution.ranks import Ranks
-from .._execution.resume import NoRunDir, ResumableEngine, RunDir, identity_of
+from .._execution.resumable import ResumableEngine
+from .._execution.resume import NoRunDir, RunDir, identity_of
 from ..errors import UsageError
 from ..stats import Stats
 from ..storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
@@ -78,6 +80,11 @@ class Parts:
                     self.release(until)
                 finally:
                     self.runs.resume.close()
+
+    def abandon(self) -> None:
+        """Abandon the run under way: delete what it wrote, give back its Level-1 slots."""
+        self.engine.discard()
+        self.level1.abandon()
 
     def release(self, until: float | None = None) -> None:
         """Let go of the link, Level-2 where the checkpointer opened it (closed by ``until``, a
@@ -208,13 +215,16 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
                           and sum(transfer_costs) < 2 * THREAD_HANDOFF_S)
         transfers = "inline" if cheap or in_level1 else "background"
     calls.deadline_s = transfer_deadline(options.transfer_timeout, transfer_costs)
-    engine = (TransferEngine if isinstance(run, NoRunDir) else ResumableEngine)(
+    engine = (TransferEngine if isinstance(run, NoRunDir) and not options.keep_forward
+              else ResumableEngine)(
         storage, nbytes,
         staging_buffers=0 if in_level1 else options.staging_buffers,
         prefetch_buffers=0 if in_level1 else AsyncMultistage.prefetch_slots,
         io_threads=options.io_threads if transfers == "background" else 0,
         verify=options.verify, on_error=options.on_level2_error, link=link,
         calls=calls)
+    if isinstance(engine, ResumableEngine):
+        engine.keep_states = options.keep_forward
     interpreter = Interpreter(checkpoint, nbytes, dtype, fwd, rev, engine, level1, ranks)
     run.attach(engine, interpreter)
     meter = RunMeter(engine, level1, interpreter, storage, link)
@@ -272,6 +282,7 @@ class Runs:
         self.planner, self.auto = planner, auto
         #: the run directory, where runs commit to one
         self.resume = resume
+        self.again = False  # the last sweep was a further reverse sweep
         self.engine, self.interpreter, self.meter, self.ranks = engine, interpreter, meter, ranks
         #: what each run's Stats say of it: the protocol, and where Level-1 lives
         self.taping, self.taping_reason, self.device = taping, taping_reason, device
@@ -284,10 +295,8 @@ class Runs:
         self.ranks.settled = False  # a failure agreed on in an earlier run is over
         calls = self.ranks.calls
         n = planner.n_timesteps
-        stats = Stats(n_timesteps=n or 0, l1_slots=planner.l1_slots,
-                      l1_bytes=planner.l1_bytes, taping=self.taping,
-                      taping_reason=self.taping_reason, device=self.device)
-        self.meter.start(n)
+        stats = self._fresh_stats()
+        self.again = False
         if auto is not None:
             auto.before_run(stats, self.interpreter)
         if planner.planned and (planner.adaptive or n is None):
@@ -326,7 +335,31 @@ class Runs:
                 stats.reverse_s = elapsed
             self.meter.collect(stats)
 
+    def _fresh_stats(self) -> Stats:
+        """Zeroed measurements of a run (or of a further reverse sweep)."""
+        planner = self.planner
+        self.meter.start(planner.n_timesteps)
+        return Stats(n_timesteps=planner.n_timesteps or 0, l1_slots=planner.l1_slots,
+                     l1_bytes=planner.l1_bytes, taping=self.taping,
+                     taping_reason=self.taping_reason, device=self.device,
+                     interval=planner.interval)
+
+    def reverse_again(self) -> tuple[Stats, Iterator[Action]]:
+        """A further reverse sweep over the forward sweep kept on Level-2
+        (``keep_forward=True``): its own measurements, and the reverse sweep from the Level-2
+        states alone (each interval recomputed from its start, no forward sweep)."""
+        schedule = self.planner.schedule
+        if not isinstance(schedule, AsyncMultistage):
+            raise UsageError(f"keep_forward=True reverses again from the states on Level-2, "
+                             f"but this run's plan ({schedule!r}) keeps none there: give an "
+                             "interval")
+        self.again = True
+        n = schedule.n_steps
+        return self._fresh_stats(), reverse_stored(sorted(self.engine.stored_before(n)), n,
+                                                   schedule.l1_slots + 1, schedule.taping)
+
     def learn(self, stats: Stats) -> None:
-        """After a completed run: what the model learns from it."""
-        if self.auto is not None:
+        """After a completed run: what the model learns from it (nothing from a further
+        reverse sweep, which is not a run)."""
+        if self.auto is not None and not self.again:
             self.auto.after_run(stats, self.meter.fit)

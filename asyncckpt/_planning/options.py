@@ -163,6 +163,14 @@ def parse_bytes(name: str, value: object) -> int:
     return size
 
 
+def _check_keep_forward(keep_forward: object, run_dir: object) -> bool:
+    """``keep_forward`` as a bool; not yet with a run directory."""
+    if check_bool("keep_forward", keep_forward) and run_dir is not None:
+        raise UsageError("keep_forward=True with run_dir= is not supported yet: a run directory "
+                         "commits each reverse sweep's progress as the run's")
+    return bool(keep_forward)
+
+
 @dataclass(frozen=True)
 class RunDirOptions:
     """``run_dir=``, ``outputs=``, ``adjoint=`` and ``keep_run_dir=`` (docs/resume.md)."""
@@ -230,6 +238,8 @@ class Options:
     #: the run directory (``run_dir=``; None: nothing outlives the process), what it commits
     #: besides the states, and whether a finished run's is kept
     run_dir: RunDirOptions | None = None
+    #: whether apply_reverse() may run again over one forward sweep (states kept on Level-2)
+    keep_forward: bool = False
 
     @property
     def adaptive(self) -> bool:
@@ -247,7 +257,8 @@ class Options:
               dtype: object, on_level2_error: object, blas_threads: object,
               taping: Protocol, keep_trace: object,
               transfer_timeout: object = None, run_dir: object = None, outputs: object = None,
-              adjoint: object = None, keep_run_dir: object = False) -> "Options":
+              adjoint: object = None, keep_run_dir: object = False,
+              keep_forward: object = False) -> "Options":
         """Check every option, raising an error that names the first bad one; ``dtype`` is the
         states' (for the codec of ``compression``), ``taping`` the protocol decided."""
         n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1, MAX_STEPS)
@@ -287,4 +298,5 @@ class Options:
                 "transfer_timeout", transfer_timeout),
             run_dir=RunDirOptions.parse(run_dir, outputs, adjoint, keep_run_dir, n=n,
                                         interval=parsed, verify=verify, codec=codec),
+            keep_forward=_check_keep_forward(keep_forward, run_dir),
         )
