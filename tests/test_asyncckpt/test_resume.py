@@ -278,3 +278,19 @@ def test_a_run_killed_while_its_directory_was_removed_starts_afresh(tmp_path, re
     assert result["resumed"] is None
     check_exact(result, reference)
     assert not run_dir.exists()
+
+
+def test_compat_revolver_takes_a_run_dir(tmp_path, reference):
+    """pyrevolve's Revolver with n_checkpoints keeps Revolve in its slots alone, unless given
+    a run directory: that is Level-2, as storage= would be."""
+    from asyncckpt.compat import Revolver
+    from workloads import forward_reverse
+    model = RecurrentCell(N)
+    fwd, rev = operators(model, Traces(model))
+    with Revolver(model, fwd, rev, 2, N, run_dir=tmp_path / "run") as revolver:
+        assert revolver.checkpointer.resumed is None
+        gradients = forward_reverse(model, revolver)
+        assert revolver.checkpointer.interval > 0
+        assert (tmp_path / "run").exists()
+    assert [g.tobytes().hex() for g in gradients] == reference["gradients"]
+    assert not (tmp_path / "run").exists()
