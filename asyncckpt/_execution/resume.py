@@ -120,8 +120,12 @@ class RunDir:
         self._states: dict[int, tuple[int, int, int]] = {}
         if manifest is not None:
             self._states = {k: (r, b, d) for k, r, b, d in manifest["states"]}
-            self.storage.restore(identity["nbytes"], {k: (r, b) for k, (r, b, _)
-                                                      in self._states.items()})
+            try:
+                self.storage.restore(identity["nbytes"], {k: (r, b) for k, (r, b, _)
+                                                          in self._states.items()})
+            except BaseException:
+                self.storage.close()
+                raise
         #: None for a fresh run, else where the run resumes: its sweep and step
         self.resumed: dict[str, Any] | None = None if manifest is None else {
             "sweep": "reverse" if manifest["sweep"] == "done" else manifest["sweep"],
