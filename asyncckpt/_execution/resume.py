@@ -207,6 +207,9 @@ class RunDir:
                           "sweep": "forward", "step": 0}
         self._snapshots = {"outputs": None, "adjoint": None}
         self._commit()
+        # in place before the run writes a state: an earlier run's manifest may name the
+        # records this run writes into
+        self._committer.wait(COMMIT_WAIT_S)
 
     def _forward_from(self, schedule: AsyncMultistage, step: int) -> Iterator[Action]:
         """The schedule from the committed u_step on, restored into the live arrays (and the
