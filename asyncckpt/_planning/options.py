@@ -22,8 +22,9 @@ if TYPE_CHECKING:  # taping.py reads the environment through this module
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_STEPS", "Options", "RunDirOptions", "check_bool", "check_choice", "check_int", "check_operator",
-           "check_stop", "environment", "parse_bytes", "parse_flag", "parse_interval"]
+__all__ = ["MAX_STEPS", "Options", "RunDirOptions", "check_bool", "check_choice", "check_int",
+           "check_operator", "check_stop", "environment", "parse_bytes", "parse_flag",
+           "parse_interval"]
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
