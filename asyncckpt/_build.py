@@ -4,13 +4,16 @@ interpreter, the meter and, where the model chooses the plan, the auto-planner; 
 :class:`Runs`, which hands the interpreter one schedule per run."""
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from schedules import AsyncMultistage, OnlineMultistage, Revolve
+from schedules import AsyncMultistage, EndForward, EndReverse
+from schedules.actions import Action
+from schedules.multistage import reverse_stored
 
 from ._execution.bounded import ABANDON_S, BoundedCalls
 from ._execution.decisions import RunDecisions
@@ -20,6 +23,8 @@ from ._execution.level1 import Level1
 from ._execution.link import Link, link_for, measure_copy
 from ._execution.meter import RunMeter
 from ._execution.ranks import Ranks
+from ._execution.resumable import ResumableEngine
+from ._execution.resume import NoRunDir, RunDir, identity_of
 from .costs import MeasuredCosts
 from .errors import UsageError
 from .stats import Stats
@@ -73,7 +78,15 @@ class Parts:
             try:
                 self.engine.close(until - ABANDON_S / 4)
             finally:
-                self.release(until)
+                try:
+                    self.release(until)
+                finally:
+                    self.runs.resume.close()
+
+    def abandon(self) -> None:
+        """Abandon the run under way: delete what it wrote, give back its Level-1 slots."""
+        self.engine.discard()
+        self.level1.abandon()
 
     def release(self, until: float | None = None) -> None:
         """Let go of the link, Level-2 where the checkpointer opened it (closed by ``until``, a
@@ -108,7 +121,11 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
     level1: Level1 | None = None
     opened: Storage | None = None  # Level-2, where opened here
     calls: BoundedCalls | None = None
+    run: RunDir | NoRunDir = NoRunDir()
     try:
+        if options.run_dir is not None:
+            run, options = _open_run(options, checkpoint, nbytes, dtype, storage, ranks)
+            storage = opened = run.storage
         if options.on_level2_error == "recompute" and ranks.size > 1:
             raise UsageError(
                 f"on_level2_error='recompute' under MPI ({ranks.size} ranks): a rank rebuilding "
@@ -124,6 +141,7 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         bounded = memory.bounds_level2(in_level1)
         spec = level2_spec(storage, bounded, by_default=memory.default_bound is not None)
         raw, owns = open_level2(ranks.storage_spec(spec), link.device, bounded=bounded)
+        owns = owns or run.storage is not None  # the run directory's Level-2 is the run's
         level2 = raw
         compressor = None
         if options.codec is not None and not in_level1:
@@ -135,7 +153,8 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         return _assemble(options, memory, slots=slots, in_level1=in_level1, transfers=transfers,
                          storage=level2, raw=raw, compressor=compressor, owns_storage=owns,
                          calls=calls, link=link, level1=level1, ranks=ranks,
-                         checkpoint=checkpoint, dtype=dtype, fwd=fwd, rev=rev, first=first)
+                         checkpoint=checkpoint, dtype=dtype, fwd=fwd, rev=rev, first=first,
+                         run=run)
     except BaseException as failure:
         try:
             ranks.fail(failure)  # the other ranks must not wait for this one
@@ -143,16 +162,38 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
             try:
                 if link is not None:
                     release(link, opened, level1, calls)
+                elif opened is not None:
+                    opened.close()
             finally:
                 ranks.free()
         raise
+
+
+def _open_run(options: Options, checkpoint: Any, nbytes: int, dtype: Any, storage: Any,
+              ranks: Ranks) -> tuple[RunDir, Options]:
+    """The run directory of ``options`` and the options a run resumed from it follows: the
+    plan its states were stored with."""
+    spec = options.run_dir
+    assert spec is not None and options.n_timesteps is not None
+    if storage is not None:
+        raise UsageError(f"run_dir={str(spec.path)!r} holds the run's Level-2: give no "
+                         f"storage= beside it (got {storage!r})")
+    if ranks.size > 1:
+        raise UsageError(f"run_dir= is for one process; this run has {ranks.size} ranks")
+    run = RunDir(spec.path, identity_of(options.n_timesteps, checkpoint, nbytes, dtype,
+                                        spec.outputs, spec.adjoint),
+                 spec.outputs, spec.adjoint, spec.keep)
+    if run.plan is not None:
+        interval, slots = run.plan
+        options = dataclasses.replace(options, interval=interval, l1_slots=slots)
+    return run, options
 
 
 def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bool,
               transfers: str, storage: Storage, raw: Storage,
               compressor: CompressedStorage | None, owns_storage: bool, calls: BoundedCalls,
               link: Link, level1: Level1, ranks: Ranks, checkpoint: Any, dtype: Any, fwd: Any,
-              rev: Any, first: list[Any]) -> Parts:
+              rev: Any, first: list[Any], run: RunDir | NoRunDir) -> Parts:
     """The parts that run schedules on ``storage`` (Level-2: ``raw``, behind ``compressor``
     where states are compressed), ``level1`` and ``ranks``.
     ``transfers`` is the option, "auto" decided here: inline where a write and a read of one
@@ -178,14 +219,18 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
                           and sum(transfer_costs) < 2 * THREAD_HANDOFF_S)
         transfers = "inline" if cheap or in_level1 else "background"
     calls.deadline_s = transfer_deadline(options.transfer_timeout, transfer_costs)
-    engine = TransferEngine(
+    engine = (TransferEngine if isinstance(run, NoRunDir) and not options.keep_forward
+              else ResumableEngine)(
         storage, nbytes,
         staging_buffers=0 if in_level1 else options.staging_buffers,
         prefetch_buffers=0 if in_level1 else AsyncMultistage.prefetch_slots,
         io_threads=options.io_threads if transfers == "background" else 0,
         verify=options.verify, on_error=options.on_level2_error, link=link,
         calls=calls)
+    if isinstance(engine, ResumableEngine):
+        engine.keep_states = options.keep_forward
     interpreter = Interpreter(checkpoint, nbytes, dtype, fwd, rev, engine, level1, ranks)
+    run.attach(engine, interpreter)
     meter = RunMeter(engine, level1, interpreter, storage, link)
     auto = None
     if options.tuned and not in_level1:
@@ -208,7 +253,7 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
             compress_auto=options.compress_auto)
         if memory.n_timesteps == 1:
             planner.with_interval(1)
-    runs = Runs(planner, auto, engine, interpreter, meter, ranks, taping=options.taping,
+    runs = Runs(planner, auto, engine, interpreter, meter, ranks, run, taping=options.taping,
                 taping_reason=options.taping_reason,
                 device="host" if link.device is None else link.device.name)
     return Parts(link, level1, memory, storage, owns_storage, calls, in_level1, engine,
@@ -235,25 +280,27 @@ class Runs:
     to the interpreter as one schedule, and learned from after it."""
 
     def __init__(self, planner: Planner, auto: AutoPlanner | None, engine: TransferEngine,
-                 interpreter: Interpreter, meter: RunMeter, ranks: Ranks, *, taping: bool,
-                 taping_reason: str, device: str) -> None:
+                 interpreter: Interpreter, meter: RunMeter, ranks: Ranks,
+                 resume: RunDir | NoRunDir, *, taping: bool, taping_reason: str,
+                 device: str) -> None:
         self.planner, self.auto = planner, auto
+        #: the run directory, where runs commit to one
+        self.resume = resume
+        self.again = False  # the last sweep was a further reverse sweep
         self.engine, self.interpreter, self.meter, self.ranks = engine, interpreter, meter, ranks
         #: what each run's Stats say of it: the protocol, and where Level-1 lives
         self.taping, self.taping_reason, self.device = taping, taping_reason, device
 
-    def begin(self, stop: Callable[[int], object] | None
-              ) -> tuple[Stats, AsyncMultistage | OnlineMultistage | Revolve]:
-        """A run begins: its measurements (zeroed) and its schedule."""
+    def begin(self, stop: Callable[[int], object] | None) -> tuple[Stats, Iterator[Action]]:
+        """A run begins: its measurements (zeroed) and its schedule's actions (from where an
+        earlier process left them, in a resumed run)."""
         planner, auto = self.planner, self.auto
         self.engine.sweep()  # what an earlier run's failure left on Level-2 goes first
         self.ranks.settled = False  # a failure agreed on in an earlier run is over
         calls = self.ranks.calls
         n = planner.n_timesteps
-        stats = Stats(n_timesteps=n or 0, l1_slots=planner.l1_slots,
-                      l1_bytes=planner.l1_bytes, taping=self.taping,
-                      taping_reason=self.taping_reason, device=self.device)
-        self.meter.start(n)
+        stats = self._fresh_stats()
+        self.again = False
         if auto is not None:
             auto.before_run(stats, self.interpreter)
         if planner.planned and (planner.adaptive or n is None):
@@ -271,7 +318,49 @@ class Runs:
         online = planner.adaptive or n is None
         self.interpreter.expected_stores = (0 if online or n is None or not planner.interval
                                             else -(-n // planner.interval))
-        return stats, planner.schedule
+        return stats, self.resume.actions(planner.schedule)
+
+    def sweep(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
+              stats: Stats, trace: list[Action] | None, blas_threads: int | None) -> None:
+        """One sweep of ``actions``, timed into ``stats``, and what the run commits at its
+        end."""
+        start = time.perf_counter()
+        try:
+            if until is EndForward:  # the plan's buffers, made before the sweep
+                self.planner.fit_memory(self.interpreter.level1, self.engine)
+            self.interpreter.sweep(actions, until, stats, self.meter.fit, trace,
+                                   blas_threads=blas_threads)
+            self.resume.ended(until)
+        finally:
+            elapsed = time.perf_counter() - start
+            if until is EndForward:
+                stats.forward_s = elapsed
+            else:
+                stats.reverse_s = elapsed
+            self.meter.collect(stats)
+
+    def _fresh_stats(self) -> Stats:
+        """Zeroed measurements of a run (or of a further reverse sweep)."""
+        planner = self.planner
+        self.meter.start(planner.n_timesteps)
+        return Stats(n_timesteps=planner.n_timesteps or 0, l1_slots=planner.l1_slots,
+                     l1_bytes=planner.l1_bytes, taping=self.taping,
+                     taping_reason=self.taping_reason, device=self.device,
+                     interval=planner.interval)
+
+    def reverse_again(self) -> tuple[Stats, Iterator[Action]]:
+        """A further reverse sweep over the forward sweep kept on Level-2
+        (``keep_forward=True``): its own measurements, and the reverse sweep from the Level-2
+        states alone (each interval recomputed from its start, no forward sweep)."""
+        schedule = self.planner.schedule
+        if not isinstance(schedule, AsyncMultistage):
+            raise UsageError(f"keep_forward=True reverses again from the states on Level-2, "
+                             f"but this run's plan ({schedule!r}) keeps none there: give an "
+                             "interval")
+        self.again = True
+        n = schedule.n_steps
+        return self._fresh_stats(), reverse_stored(sorted(self.engine.stored_before(n)), n,
+                                                   schedule.l1_slots + 1, schedule.taping)
 
     def costs(self) -> MeasuredCosts | None:
         """What "auto" and "adaptive" price plans with (None for a fixed interval)."""
@@ -285,6 +374,7 @@ class Runs:
         assume(self.auto.tuner, costs)
 
     def learn(self, stats: Stats) -> None:
-        """After a completed run: what the model learns from it."""
-        if self.auto is not None:
+        """After a completed run: what the model learns from it (nothing from a further
+        reverse sweep, which is not a run)."""
+        if self.auto is not None and not self.again:
             self.auto.after_run(stats, self.meter.fit)

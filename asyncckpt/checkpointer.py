@@ -7,13 +7,9 @@ place, :func:`asyncckpt._build.build`: what a run will do is decided in
 """
 from __future__ import annotations
 
-import atexit
 import logging
 import os
-import time
-import weakref
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from typing import Any
 
 from schedules import AsyncMultistage, EndForward, EndReverse, OnlineMultistage, Revolve
@@ -23,6 +19,7 @@ from ._execution.guard import CallGuard
 from ._execution.ranks import Ranks, ranks_of
 from ._planning.budget import DEFAULT_STAGING_BUFFERS
 from ._build import build
+from ._lifetime import Closing
 from ._planning.options import Options, check_operator, check_stop
 from ._planning.plan import RunPlan
 from ._planning.taping import decide_taping
@@ -37,7 +34,7 @@ __all__ = ["AsyncCheckpointer", "RunPlan"]
 log = logging.getLogger(__name__)
 
 
-class AsyncCheckpointer:
+class AsyncCheckpointer(Closing):
     """Reverse a run of ``n_timesteps`` steps in fixed Level-1 memory, streaming every I-th state
     to Level-2 during the forward sweep and prefetching it back during the reverse sweep.
 
@@ -102,6 +99,13 @@ class AsyncCheckpointer:
         :class:`~asyncckpt.TransferError` (default 60, more for a slow one; docs/reliability.md).
     l1_node : int, optional
         The NUMA node Level-1's slots, staging and prefetch buffers are bound to (docs/numa.md).
+    run_dir, outputs, adjoint, keep_run_dir : optional
+        Level-2 durable in the directory ``run_dir``, committed with the descriptors ``outputs``
+        (the forward's products) and ``adjoint`` (the reverse's state); a checkpointer made
+        later on it resumes the run (:attr:`resumed`); a finished run's is removed unless
+        ``keep_run_dir`` (docs/resume.md).
+    keep_forward : bool
+        Keep the forward sweep's Level-2 states: apply_reverse() may run again (another seed).
 
     Notes
     -----
@@ -119,8 +123,9 @@ class AsyncCheckpointer:
         on_level2_error: str = "raise", blas_threads: int | None = None,
         taping: bool | None = None, keep_trace: bool = False, comm: Any = None,
         transfer_timeout: float | None = None, l1_node: int | None = None,
+        run_dir: str | os.PathLike[str] | None = None, outputs: Any = None,
+        adjoint: Any = None, keep_run_dir: bool = False, keep_forward: bool = False,
     ) -> None:
-        self._closed = True  # until construction succeeds
         self._calls = CallGuard()
         self.nbytes = check_descriptor(checkpoint)
         check_operator(fwd_operator=fwd_operator, rev_operator=rev_operator)
@@ -131,7 +136,9 @@ class AsyncCheckpointer:
             io_threads=io_threads, transfers=transfers, verify=verify, compression=compression,
             dtype=self.dtype, on_level2_error=on_level2_error, blas_threads=blas_threads,
             taping=decide_taping(taping, checkpoint, fwd_operator, rev_operator),
-            keep_trace=keep_trace, transfer_timeout=transfer_timeout, l1_node=l1_node)
+            keep_trace=keep_trace, transfer_timeout=transfer_timeout, l1_node=l1_node,
+            run_dir=run_dir, outputs=outputs, adjoint=adjoint, keep_run_dir=keep_run_dir,
+            keep_forward=keep_forward)
         self.n_timesteps, self.keep_trace = options.n_timesteps, options.keep_trace
         #: the actions the last run executed (with ``keep_trace=True``)
         self.trace: list[Action] = []
@@ -146,8 +153,7 @@ class AsyncCheckpointer:
         self.memory_budget = None if parts.memory.budget is None else parts.memory.budget.nbytes
         self.in_level1, self.transfers = parts.in_level1, parts.transfers
         self.transfer_costs, self.tier_costs = parts.transfer_costs, parts.tier_costs
-        self._closed = False
-        _OPEN.add(self)
+        self._opened()
         self._actions: Iterator[Action] | None = None
         self._phase, self._stats = "idle", Stats()  # idle -> forward-done -> idle
         if log.isEnabledFor(logging.INFO):  # the plan's view is built for the message alone
@@ -189,6 +195,12 @@ class AsyncCheckpointer:
         self._parts.runs.assume(costs)
 
     @property
+    def resumed(self) -> dict[str, Any] | None:
+        """None for a fresh run, else where the run in ``run_dir`` resumes: its "sweep" and
+        "step" (docs/resume.md)."""
+        return self._parts.runs.resume.resumed
+
+    @property
     def stats(self) -> Stats:
         """Counts and timings of the current (or last) run."""
         return self._stats
@@ -206,8 +218,9 @@ class AsyncCheckpointer:
         """
         with self._calls.running("apply_forward()"):
             check_stop(self.n_timesteps, stop)
-            if self._phase != "idle":
-                self._abandon_run()
+            if self._phase != "idle":  # the run under way (or kept) is abandoned
+                self._parts.abandon()
+                self._actions, self._phase = None, "idle"
             parts = self._parts
             stats, schedule = parts.runs.begin(stop)
             self._stats, self.trace = stats, []
@@ -218,38 +231,24 @@ class AsyncCheckpointer:
 
     def apply_reverse(self) -> None:
         """Run the reverse sweep: the adjoint of steps n-1 down to 0 (each after its taping step,
-        or, taping-free, with the live state u_t)."""
+        or, taping-free, with the live state u_t); with ``keep_forward=True``, again and again."""
         with self._calls.running("apply_reverse()"):
             if self._phase != "forward-done":
                 raise UsageError("apply_reverse() needs a completed apply_forward() first "
                                  f"(the checkpointer is {self._phase!r})")
+            if self._actions is None:  # a further reverse sweep over the kept forward sweep
+                self._stats, self._actions = self._parts.runs.reverse_again()
             self._phase = "reverse"
             self._run(EndReverse)
-            self._actions, self._phase = None, "idle"
+            self._actions, self._phase = None, "forward-done" if self._options.keep_forward \
+                else "idle"
             self._parts.runs.learn(self._stats)
 
     def _run(self, until: type[EndForward] | type[EndReverse]) -> None:
         """One sweep, timed into the run's stats."""
         assert self._actions is not None
-        parts, stats, start = self._parts, self._stats, time.perf_counter()
-        try:
-            if until is EndForward:  # the plan's buffers, made before the sweep
-                parts.runs.planner.fit_memory(parts.level1, parts.engine)
-            parts.interpreter.sweep(self._actions, until, stats, parts.meter.fit,
-                                    self.trace if self.keep_trace else None,
-                                    blas_threads=self._options.blas_threads)
-        finally:
-            elapsed = time.perf_counter() - start
-            if until is EndForward:
-                stats.forward_s = elapsed
-            else:
-                stats.reverse_s = elapsed
-            parts.meter.collect(stats)
-
-    def _abandon_run(self) -> None:
-        self._parts.engine.discard()
-        self._parts.level1.abandon()
-        self._actions, self._phase = None, "idle"
+        self._parts.runs.sweep(self._actions, until, self._stats,
+                               self.trace if self.keep_trace else None, self._options.blas_threads)
 
     def close(self) -> None:
         """Stop the I/O threads and release Level-2 (delete its files); safe to call twice.
@@ -270,31 +269,11 @@ class AsyncCheckpointer:
         with self._calls.running("drain()"):
             self._parts.engine.drain()
 
-    def __enter__(self) -> "AsyncCheckpointer":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            with suppress(Exception):  # nothing to report to at interpreter teardown
-                self._parts.calls.without_threads()  # see BoundedCalls.without_threads
-                self.close()
+    def _without_threads(self) -> None:
+        self._parts.calls.without_threads()
 
     def __repr__(self) -> str:
         interval = self.interval if self._parts.runs.auto is None else repr(self._options.interval)
         return (f"AsyncCheckpointer(n_timesteps={self.n_timesteps}, l1_slots={self.l1_slots}, "
                 f"interval={interval}, storage={self.storage!r})")
 
-
-#: Checkpointers not closed yet. At the interpreter's exit they are closed while threads can
-#: still start (a finalizer run later, at teardown, could not give Level-2 calls a deadline).
-_OPEN: weakref.WeakSet[AsyncCheckpointer] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_open() -> None:
-    for checkpointer in list(_OPEN):
-        with suppress(Exception):  # a run under way on another thread refuses close()
-            checkpointer.close()

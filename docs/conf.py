@@ -49,6 +49,7 @@ nitpick_ignore = [
     ("py:class", "asyncckpt.compat.storage.Storage"),
     ("py:class", "asyncckpt.compat._levels._LeveledRevolver"),
     ("py:class", "schedules.classic.ClassicRevolveError"),
+    ("py:class", "asyncckpt._lifetime.Closing"),
 ]
 
 # the user guide: the Markdown pages of docs/, with GitHub's heading anchors (#a-heading-2026-11-26)

@@ -15,6 +15,7 @@ from .actions import Action, Advance, EndReverse, Free, Prefetch, Store, Tier
 from .revolve import forward_then_reverse, optimal_recomputations, reverse_range
 
 __all__ = ["AsyncMultistage", "Chen", "last_interval_then_reverse", "reverse_intervals",
+           "reverse_stored",
            "two_level_forward_steps"]
 
 
@@ -41,6 +42,20 @@ def reverse_intervals(starts: Sequence[int], snaps: int, taping: bool) -> Iterat
         yield from reverse_range(start, starts[k + 1], snaps, {start: Tier.L2}, live=None,
                                  taping=taping)
         yield Free(start, Tier.L2)
+
+
+def reverse_stored(starts: Sequence[int], n_steps: int, snaps: int,
+                   taping: bool) -> Iterator[Action]:
+    """Yield a reverse sweep of steps ``n_steps - 1`` down to 0 from states on Level-2 alone:
+    ``starts`` (u_0 first, ascending, all below ``n_steps``), each interval from one start to
+    the next (the last to u_n) reversed in ``snaps`` slots, the newest prefetched first and
+    each earlier one an interval ahead of need. A second reverse sweep over one forward sweep,
+    or one resumed in a later process, runs this."""
+    bounds = [*starts, n_steps]
+    if len(bounds) > 1:
+        yield Prefetch(bounds[-2])
+    yield from reverse_intervals(bounds, snaps, taping)
+    yield EndReverse()
 
 
 def last_interval_then_reverse(starts: Sequence[int], n_steps: int, snaps: int,

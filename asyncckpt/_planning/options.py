@@ -8,11 +8,13 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from schedules._args import check_bool, check_int
 
 from .._memory.numa import check_node
+from ..checkpoint import check_descriptor
 from ..compression import Codec, MissingCodecError, make_codec
 from ..errors import InvalidTypeError, InvalidValueError, UsageError
 
@@ -21,8 +23,9 @@ if TYPE_CHECKING:  # taping.py reads the environment through this module
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_STEPS", "Options", "check_bool", "check_choice", "check_int", "check_operator",
-           "check_stop", "environment", "parse_bytes", "parse_flag", "parse_interval"]
+__all__ = ["MAX_STEPS", "Options", "RunDirOptions", "check_bool", "check_choice", "check_int",
+           "check_operator", "check_stop", "environment", "parse_bytes", "parse_flag",
+           "parse_interval"]
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -162,6 +165,51 @@ def parse_bytes(name: str, value: object) -> int:
     return size
 
 
+def _check_keep_forward(keep_forward: object, run_dir: object) -> bool:
+    """``keep_forward`` as a bool; not yet with a run directory."""
+    if check_bool("keep_forward", keep_forward) and run_dir is not None:
+        raise UsageError("keep_forward=True with run_dir= is not supported yet: a run directory "
+                         "commits each reverse sweep's progress as the run's")
+    return bool(keep_forward)
+
+
+@dataclass(frozen=True)
+class RunDirOptions:
+    """``run_dir=``, ``outputs=``, ``adjoint=`` and ``keep_run_dir=`` (docs/resume.md)."""
+
+    path: Path
+    outputs: Any
+    adjoint: Any
+    keep: bool
+
+    @classmethod
+    def parse(cls, run_dir: object, outputs: object, adjoint: object, keep: object, *,
+              n: int | None, interval: object, verify: object, codec: object
+              ) -> "RunDirOptions | None":
+        """The run directory's options (None without ``run_dir``), checked against the
+        others: a run that resumes needs a schedule fixed by n, and checksums."""
+        if run_dir is None:
+            for name, value in (("outputs", outputs), ("adjoint", adjoint)):
+                if value is not None:
+                    raise UsageError(f"{name}= is committed to a run directory: give run_dir= "
+                                     "too")
+            return None
+        if not isinstance(run_dir, (str, os.PathLike)):
+            raise InvalidTypeError(f"run_dir must be a str or os.PathLike, got "
+                                   f"{type(run_dir).__name__}")
+        if n is None or interval == "adaptive":
+            raise UsageError("run_dir= resumes a schedule fixed in advance: it needs "
+                             f"n_timesteps and an int or 'auto' interval, got n_timesteps={n}, "
+                             f"interval={interval!r}")
+        if verify is False or codec is not None:
+            raise UsageError("run_dir= commits every state with its checksum: it needs "
+                             "verify=True and no compression")
+        for name, value in (("outputs", outputs), ("adjoint", adjoint)):
+            if value is not None:
+                check_descriptor(value)
+        return cls(Path(run_dir), outputs, adjoint, check_bool("keep_run_dir", keep))
+
+
 @dataclass(frozen=True)
 class Options:
     """The options of an :class:`~asyncckpt.AsyncCheckpointer`, checked and parsed once (see its
@@ -191,6 +239,11 @@ class Options:
     transfer_timeout: float | None = None
     #: the NUMA node Level-1's host buffers are bound to (None: unbound; docs/numa.md)
     l1_node: int | None = None
+    #: the run directory (``run_dir=``; None: nothing outlives the process), what it commits
+    #: besides the states, and whether a finished run's is kept
+    run_dir: RunDirOptions | None = None
+    #: whether apply_reverse() may run again over one forward sweep (states kept on Level-2)
+    keep_forward: bool = False
 
     @property
     def adaptive(self) -> bool:
@@ -207,7 +260,9 @@ class Options:
               io_threads: object, transfers: object, verify: object, compression: object,
               dtype: object, on_level2_error: object, blas_threads: object,
               taping: Protocol, keep_trace: object,
-              transfer_timeout: object = None, l1_node: object = None) -> "Options":
+              transfer_timeout: object = None, l1_node: object = None, run_dir: object = None,
+              outputs: object = None, adjoint: object = None, keep_run_dir: object = False,
+              keep_forward: object = False) -> "Options":
         """Check every option, raising an error that names the first bad one; ``dtype`` is the
         states' (for the codec of ``compression``), ``taping`` the protocol decided."""
         n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1, MAX_STEPS)
@@ -246,4 +301,7 @@ class Options:
             transfer_timeout=None if transfer_timeout is None else check_seconds(
                 "transfer_timeout", transfer_timeout),
             l1_node=None if l1_node is None else check_node(l1_node, f"l1_node={l1_node!r}"),
+            run_dir=RunDirOptions.parse(run_dir, outputs, adjoint, keep_run_dir, n=n,
+                                        interval=parsed, verify=verify, codec=codec),
+            keep_forward=_check_keep_forward(keep_forward, run_dir),
         )

@@ -132,7 +132,8 @@ class Revolver:
             if text is not None:
                 interval = parse_interval(text, name="ASYNCCKPT_INTERVAL", adaptive=True)
             elif (n_checkpoints is not None and n_timesteps is not None and storage is None
-                  and options["compression"] is None and options.get("memory_budget") is None):
+                  and options["compression"] is None and options.get("memory_budget") is None
+                  and options.get("run_dir") is None):  # a run directory is Level-2
                 interval = 0  # pyrevolve's Revolver: Revolve in the slots it was given
             else:
                 interval = "auto"

@@ -106,11 +106,7 @@ class FileStorage(Storage):
         self._backed = 0  # bytes of the file backed by fallocate
         self._where = os.path.realpath(root)
         self._ram = ram_backed(self._where)  # its file is memory, not disk
-        kept = take_kept(self._where, direct)
-        if kept is not None:
-            self._fd, self._direct_fd, self._backed = kept.fd, kept.direct_fd, kept.nbytes
-        else:
-            self._open(root, direct)
+        self._take_file(root, direct)
         self._lock = threading.Lock()
         self._bounce = threading.local()
         self._nbytes = 0
@@ -121,11 +117,19 @@ class FileStorage(Storage):
         _OPEN.add(self)
         log.debug("FileStorage under %s (O_DIRECT %s)", self.path, self.direct)
 
+    def _take_file(self, root: Path, direct: bool | None) -> None:
+        """Take the file a closed backend kept under ``root``, else open a new one."""
+        kept = take_kept(self._where, direct)
+        if kept is not None:
+            self._fd, self._direct_fd, self._backed = kept.fd, kept.direct_fd, kept.nbytes
+        else:
+            self._open(root, direct)
+
     def _open(self, root: Path, direct: bool | None) -> None:
         """Open a new nameless file under ``root``, and again with O_DIRECT unless ``direct``
         is False (where the filesystem refuses it: an error if ``direct`` is True)."""
         try:
-            self._fd = _open_unnamed(root)
+            self._fd = self._open_file(root)
         except OSError as exc:
             self._remove_made_root()
             raise InvalidValueError(f"FileStorage cannot create its file under {str(root)!r}: "
@@ -139,6 +143,10 @@ class FileStorage(Storage):
                     self._cleanup()
                     raise InvalidValueError(f"FileStorage: O_DIRECT is not supported under "
                                             f"{str(root)!r}: {exc.strerror}") from exc
+
+    def _open_file(self, root: Path) -> int:
+        """The descriptor of the backend's file under ``root`` (one with no name)."""
+        return _open_unnamed(root)
 
     @property
     def direct(self) -> bool:

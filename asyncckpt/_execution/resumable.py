@@ -1,0 +1,32 @@
+"""The transfer engine of a run whose Level-2 states outlive a reverse sweep or the process."""
+from __future__ import annotations
+
+from .engine import TransferEngine
+
+__all__ = ["ResumableEngine"]
+
+
+class ResumableEngine(TransferEngine):
+    """The transfer engine of a run that outlives its reverse sweep or its process: it takes
+    the states an earlier process of the run committed as its own (``run_dir=``), and keeps
+    them through a reverse sweep for the next (``keep_forward=True``)."""
+
+    #: whether a reverse sweep's frees keep the states on Level-2 (releasing their buffers)
+    keep_states = False
+
+    def restored(self, key: int, size: int, digest: int) -> None:
+        """Take u_key (``size`` bytes, checksum ``digest``) as on Level-2: a resumed run's."""
+        self._sizes[key], self._digests[key] = size, digest
+        self.counters.held += 1
+
+    def free(self, key: int) -> None:
+        """Release u_key's prefetch buffer; delete u_key from Level-2 unless states are kept
+        (then the next apply_forward's abandoning of the run deletes it)."""
+        if not self.keep_states:
+            super().free(key)
+            return
+        self.check()
+        read = self._reads.pop(key, None)
+        if read is not None:
+            self._await([read.future], "read", key)  # the buffer is in use until its read ends
+            self._free_prefetch.append(read.buffer)
