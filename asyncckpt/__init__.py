@@ -78,4 +78,4 @@ __all__ = [
     "WrapperStorage",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
