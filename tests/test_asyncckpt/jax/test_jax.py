@@ -57,6 +57,25 @@ def assert_gradients_match(ours, reference, dtype) -> None:
         assert float(jnp.max(jnp.abs(ours_p - ref_p))) <= PARAM_RTOL[dtype] * scale
 
 
+def lax_scan_differs_when_differentiated(step, carry, length: int) -> bool:
+    """Whether ``lax.scan``'s forward under ``jax.vjp`` reaches another final carry than its plain
+    forward. XLA may compile a function whose result is also kept for the backward apart from
+    its neighbours, and its bits then differ (jaxlib 0.12.0.1's CPU ``tanh``: fused or not, an
+    ulp apart); the checkpointed carries are the plain forward's, so the gradients follow them."""
+    def scan(c):
+        return jax.lax.scan(step, c, length=length)[0]
+    return np.asarray(scan(carry)).tobytes() != np.asarray(jax.vjp(scan, carry)[0]).tobytes()
+
+
+def assert_carry_gradient_as_lax_scan(ours, reference, bit_for_bit: bool) -> None:
+    """The carry's gradient: ``lax.scan``'s bit for bit where its forward is the same
+    differentiated or not, else within the few ulps the two forwards part by."""
+    if bit_for_bit:
+        assert np.asarray(ours).tobytes() == np.asarray(reference).tobytes()
+    scale = float(jnp.max(jnp.abs(reference)))
+    assert float(jnp.max(jnp.abs(ours - reference))) <= PARAM_RTOL[np.float64] * scale
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n, interval", [(1, "auto"), (37, 1), (37, 5), (37, 37), (200, "auto"),
                                          (200, 64)])
@@ -76,8 +95,9 @@ def test_gradients_are_those_of_lax_scan_under_jit(dtype, n: int, interval) -> N
 
 
 def test_segments_recomputed_in_chunks_without_xs_match_lax_scan() -> None:
-    """``length`` without ``xs``, segments of 64 recomputed in chunks (24 KiB holds a few steps'
-    residuals), the last segment and the last chunk of each shorter."""
+    """``length`` without ``xs``, segments of 62 recomputed in chunks (24 KiB holds a few steps'
+    residuals), the last segment and the last chunk of each shorter (62 = 2 x 31: no chunk from
+    3 to 30 divides it, whatever a step's residuals; jax 0.12's lead to 4, which divides 64)."""
     W = jnp.asarray(np.random.default_rng(0).standard_normal((32, 32)) * 0.2)
 
     def loss(scan, **kwargs):
@@ -88,13 +108,15 @@ def test_segments_recomputed_in_chunks_without_xs_match_lax_scan() -> None:
         return f
 
     c0 = jnp.ones((4, 32))
-    ours = jax.jit(jax.grad(loss(checkpoint_scan, interval=64, memory_budget="24KiB"),
+    ours = jax.jit(jax.grad(loss(checkpoint_scan, interval=62, memory_budget="24KiB"),
                             argnums=(0, 1)))(c0, W)
     plan = last_plan()
-    assert plan.n == 200 and plan.interval == 64
-    assert plan.chunk > 1 and 64 % plan.chunk and plan.rest
+    assert plan.n == 200 and plan.interval == 62
+    assert plan.chunk > 1 and 62 % plan.chunk and plan.rest
     reference = jax.grad(loss(jax.lax.scan), argnums=(0, 1))(c0, W)
-    assert np.asarray(ours[0]).tobytes() == np.asarray(reference[0]).tobytes()
+    same = not lax_scan_differs_when_differentiated(
+        lambda c, _: (jnp.tanh(c @ W), jnp.sum(c)), c0, 200)
+    assert_carry_gradient_as_lax_scan(ours[0], reference[0], bit_for_bit=same)
     scale = float(jnp.max(jnp.abs(reference[1])))
     assert float(jnp.max(jnp.abs(ours[1] - reference[1]))) <= PARAM_RTOL[np.float64] * scale
 
@@ -204,7 +226,9 @@ def test_carries_go_through_level2_on_disk_within_the_budget(tmp_path) -> None:
 
     got = jax.jit(jax.grad(loss, argnums=(0, 1)))(A, u0)
     want = jax.grad(plain, argnums=(0, 1))(A, u0)
-    assert np.asarray(got[1]).tobytes() == np.asarray(want[1]).tobytes()
+    same = not lax_scan_differs_when_differentiated(
+        lambda u, _: (u + 0.01 * jnp.tanh(u @ A), None), u0, 400)
+    assert_carry_gradient_as_lax_scan(got[1], want[1], bit_for_bit=same)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     stats = last_stats()
     assert stats.l2_writes > 0 and stats.l2_reads == stats.l2_writes
