@@ -1,4 +1,6 @@
-"""A durable run's price: Devito's acoustic gradient with ``run_dir=`` (every Level-2 state
+"""A durable run's price, and several reverse sweeps over one forward.
+
+Devito's acoustic gradient with ``run_dir=`` (every Level-2 state
 flushed to the device and committed to a manifest) against the same gradient with Level-2 in a
 plain file on the same disk, at equal memory, in paired rounds in one process (each round in an
 order of its own); every gradient compared bit for bit with Devito's full history. One JSON line.
@@ -7,8 +9,13 @@ Both sides get ``--memory`` (a share of the run's states) as ``memory_budget`` a
 fixed ``--interval``, so both write the same states to the same disk: the ratio is the price of
 the flushes and the commits alone.
 
+With ``--seeds K`` (K > 1) the same process then takes K gradients of K adjoint sources (the
+residual scaled by 1, 2, ... K) over one forward sweep, with ``keep_forward=True``, against K
+forward and reverse sweeps, paired over the rounds; each of the K gradients compared bit for bit
+between the two.
+
 Usage: python benchmarks/bench_resume.py [--shape 63x75x59] [--nt 800] [--memory 3%]
-       [--interval 20] [--repeats 3] [--disk DIR]
+       [--interval 20] [--repeats 3] [--seeds 3] [--disk DIR]
 Needs the ``devito`` extra.
 """
 from __future__ import annotations
@@ -83,6 +90,65 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "bitwise_equal_to_full_history": equal, "disk": str(disk)}
 
 
+def seeds(args: argparse.Namespace) -> dict[str, Any]:
+    """K gradients over one kept forward sweep against K full runs (see the module's doc)."""
+    from devito import CheckpointOperator, DevitoCheckpoint, Function, TimeFunction
+
+    import asyncckpt.compat as compat
+
+    shape = tuple(int(x) for x in args.shape.split("x"))
+    solver = _problem(shape, args.nt, 4)
+    rec, u, _ = solver.forward(save=False)
+    residual = rec.data.copy()
+    grid, order = solver.model.grid, solver.space_order
+    n = args.nt - 2
+    memory = memory_bytes(args.memory, n * u._data[0].nbytes * 2)
+    u = TimeFunction(name="u", grid=grid, time_order=2, space_order=order)
+    v = TimeFunction(name="v", grid=grid, time_order=2, space_order=order)
+    grad = Function(name="grad", grid=grid)
+    params = solver.model.physical_params()
+    fwd = CheckpointOperator(solver.op_fwd(save=False), src=solver.geometry.src, u=u,
+                             dt=solver.dt, **params)
+    rev = CheckpointOperator(solver.op_grad(save=False), u=u, v=v, rec=rec, dt=solver.dt,
+                             grad=grad, **params)
+    _KEEP_ALIVE.extend((fwd, rev, u, v, grad))
+
+    def gradients(keep: bool) -> tuple[float, list[np.ndarray]]:
+        out = []
+        start = time.perf_counter()
+        with compat.Revolver(DevitoCheckpoint([u]), fwd, rev, None, n, interval=args.interval,
+                             memory_budget=memory, keep_forward=keep) as revolver:
+            for seed in range(args.seeds):
+                if seed == 0 or not keep:
+                    u.data[:] = 0.0
+                    revolver.apply_forward()
+                rec.data[:] = residual * (seed + 1)
+                v.data[:], grad.data[:] = 0.0, 0.0
+                revolver.apply_reverse()
+                out.append(grad.data.copy())
+        return time.perf_counter() - start, out
+
+    times: dict[str, list[float]] = {"kept": [], "full": []}
+    equal = True
+    for repeat in range(args.repeats):
+        order = ["kept", "full"] if repeat % 2 == 0 else ["full", "kept"]
+        got = {}
+        for name in order:
+            seconds, got[name] = gradients(name == "kept")
+            times[name].append(seconds)
+            gc.collect()
+        equal &= all(a.tobytes() == b.tobytes() for a, b in zip(got["kept"], got["full"]))
+    paired = statistics.median(k / f for k, f in zip(times["kept"], times["full"]))
+    return {"seeds": args.seeds, "runs_s": {k: [round(t, 3) for t in v] for k, v in times.items()},
+            "kept_over_full": round(statistics.median(times["kept"])
+                                    / statistics.median(times["full"]), 3),
+            "kept_over_full_paired": round(paired, 3), "bitwise_equal": equal}
+
+
+#: Devito objects kept alive: the cyclic GC freeing unapplied operators can crash a later one
+_KEEP_ALIVE: list[Any] = []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="63x75x59")
@@ -90,10 +156,13 @@ def main() -> None:
     parser.add_argument("--memory", type=parse_memory, default=parse_memory("3%"))
     parser.add_argument("--interval", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--disk", type=Path, default=None)
     add_flag(parser)
     args = parser.parse_args()
     row = measure(args)
+    if args.seeds > 1:
+        row["keep_forward"] = seeds(args)
     print(json.dumps(row))
     record("bench_resume", row, ["shape", "nt", "memory", "interval"], args=args)
 
