@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from schedules import AsyncMultistage, EndForward, EndReverse, Free, Store, Tier
+from schedules import AsyncMultistage, EndForward, Free, Store, Tier
 from schedules.actions import Action
 from schedules.multistage import reverse_stored
 
@@ -33,7 +33,8 @@ from .._memory.buffers import aligned_buffer
 from ..errors import CorruptionError, StorageError, UsageError
 from ..storage.directories import make_private
 from ..storage.durable import STATES_FILE, DurableFileStorage
-from ..storage.rundir import MANIFEST, FORMAT, fsync_directory, read_manifest, read_snapshot
+from ..storage.rundir import (MANIFEST, FORMAT, fsync_directory, lock_directory, read_manifest,
+                              read_snapshot)
 from .committer import Committer, Snapshots
 from .engine import TransferEngine
 from .resumable import ResumableEngine
@@ -104,6 +105,16 @@ class RunDir:
             make_private(path)
         elif not path.is_dir():
             raise UsageError(f"run_dir {str(path)!r} is not a directory")
+        #: the lock that keeps the directory this checkpointer's alone until close
+        self._lock = lock_directory(path)
+        try:
+            self._open(path, identity)
+        except BaseException:
+            os.close(self._lock)
+            raise
+
+    def _open(self, path: Path, identity: dict[str, Any]) -> None:
+        """Take up the run in ``path``: the one its manifest names, else a fresh one."""
         manifest = read_manifest(path)
         if manifest is None:
             self._check_unused()
@@ -301,8 +312,9 @@ class RunDir:
             self._manifest.update(sweep="done", step=0)
             self._sweep = "idle"
         self._commit()
-        if until is EndReverse:  # a finished run is on the device when apply_reverse returns
-            self._committer.wait(COMMIT_WAIT_S)
+        # a sweep's end is on the device when apply_forward or apply_reverse returns: a job
+        # killed between the sweeps never runs the forward sweep again
+        self._committer.wait(COMMIT_WAIT_S)
 
     # commits and restores
 
@@ -344,13 +356,24 @@ class RunDir:
 
     def close(self) -> None:
         """Wait for the commits under way (at most :data:`COMMIT_WAIT_S`), then remove the
-        directory of a finished run, unless it is to be kept."""
+        directory of a finished run, or of none (nothing committed, nothing found), unless it
+        is to be kept; let go of the directory. Safe to call twice."""
+        if self._lock < 0:
+            return
+        try:
+            self._remove()
+        finally:
+            os.close(self._lock)
+            self._lock = -1
+
+    def _remove(self) -> None:
+        """The removal of :meth:`close`."""
         try:
             self._committer.close(COMMIT_WAIT_S)
         except StorageError as exc:  # what was put in place before stays, resumable
             log.warning("run_dir %s: %s", self.path, exc)
             return
-        if self._manifest.get("sweep") != "done" or self.keep:
+        if self._manifest.get("sweep", "done") != "done" or self.keep:
             return
         # the manifest first: a kill from here on leaves no run, and files a new one ignores
         (self.path / MANIFEST).unlink(missing_ok=True)

@@ -7,6 +7,7 @@ killed at any point leaves the last manifest put in place, and every file it nam
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Sequence
@@ -16,10 +17,10 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ..errors import CorruptionError, InvalidValueError, StorageError
+from ..errors import CorruptionError, InvalidValueError, StorageError, UsageError
 
-__all__ = ["FORMAT", "MANIFEST", "fsync_directory", "read_manifest", "read_snapshot",
-           "write_manifest", "write_snapshot"]
+__all__ = ["FORMAT", "MANIFEST", "fsync_directory", "lock_directory", "read_manifest",
+           "read_snapshot", "write_manifest", "write_snapshot"]
 
 #: What a manifest says it is, and the version of its layout
 FORMAT = "asyncckpt-run/1"
@@ -38,6 +39,29 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def lock_directory(directory: Path) -> int:
+    """Take ``directory`` for this checkpointer alone: an exclusive lock (``flock``) on it,
+    held until the returned descriptor is closed (or the process ends, a kill included).
+
+    Raises
+    ------
+    UsageError
+        If another checkpointer, in this process or another, holds it.
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(f"run_dir {str(directory)!r} is in use by another checkpointer (its "
+                         "manifest's writer): one run directory serves one run at a time"
+                         ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _write_flushed(path: Path, chunks: Sequence[memoryview | bytes]) -> None:

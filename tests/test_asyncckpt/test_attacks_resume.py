@@ -1,0 +1,127 @@
+"""run_dir= under attack, with a workload of its own (tests/attack_job.py: a float64 field beside
+an int64 counter in one ArrayCheckpoint, outputs of other sizes and dtypes): kills where no one
+listed them, plans a run directory cannot follow, two processes on one directory. Every
+gradient and output is compared bitwise with a store-all reference computed here."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from asyncckpt import AsyncCheckpointer
+from asyncckpt.errors import UsageError
+from asyncckpt.storage.rundir import read_manifest
+from attack_job import Arrays, Mixed, operators, reference, run
+from conftest import ROOT
+
+N, INTERVAL = 40, 6
+JOB = ROOT / "tests" / "attack_job.py"
+
+
+def job(run_dir: Path, *options: str, kill: str = "", step_s: float = 0.0,
+        timeout: float = 60) -> subprocess.CompletedProcess:
+    """attack_job.py in a process of its own, killed where ``kill`` says."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ATTACK_KILL": kill,
+           "ATTACK_STEP_S": str(step_s)}
+    return subprocess.run([sys.executable, str(JOB), str(run_dir), str(N), str(INTERVAL),
+                           *options], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def finished(run_dir: Path, *options: str) -> dict:
+    done = job(run_dir, *options)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def exact(result: dict) -> bool:
+    want = reference(N)
+    return result["grad"] == want["grad"] and result["outputs"] == want["outputs"]
+
+
+def test_a_kill_once_the_forward_sweep_returned_keeps_the_whole_forward(tmp_path):
+    """apply_forward() returned: its last commit is on the device, so a job killed between the
+    sweeps (by the queue, again and again at that point) never runs the forward sweep again."""
+    run_dir = tmp_path / "run"
+    for _ in range(2):
+        assert job(run_dir, kill="between").returncode == -9
+        manifest = read_manifest(run_dir)
+        assert (manifest["sweep"], manifest["step"]) == ("reverse", N)
+    result = finished(run_dir)
+    assert result["resumed"]["sweep"] == "reverse" and result["resumed"]["step"] == N
+    assert exact(result)
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("kill", ["replace-before:3", "replace-after:3", "unlink:1",
+                                  "unlink:3", "rev:0"])
+def test_kills_inside_commits_and_removal_resume_exactly(tmp_path, kill):
+    """A kill before or after a manifest's rename, at a removal of close (or of the commit
+    thread's old snapshots), at the reverse's last step; then a second kill mid-forward."""
+    run_dir = tmp_path / "run"
+    first = job(run_dir, kill=kill, step_s=0.002)
+    assert first.returncode in (-9, 0), first.stderr[-2000:]
+    second = job(run_dir, kill="fwd:25")
+    assert second.returncode in (-9, 0), second.stderr[-2000:]
+    assert exact(finished(run_dir))
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("options", [["l1_slots=40"], ['memory_budget="8KiB"']])
+def test_a_plan_without_level2_is_refused_with_a_run_dir(tmp_path, options):
+    """Every state in Level-1 (l1_slots >= n, or a budget with no room for Level-2 beside
+    them): nothing could be committed, and a fresh run left its directory behind. A resumed
+    run follows the plan its states were stored with (its Level-1 slots); one whose budget
+    cannot hold that plan said it resumed, ran from u_0 and left the old manifest for the
+    next job to redo: it is refused, and the run resumes exactly under a budget that holds
+    its plan."""
+    run_dir = tmp_path / "run"
+    with pytest.raises(UsageError, match="Level-1"):
+        _run(run_dir, options)
+    assert not run_dir.exists()
+    assert job(run_dir, kill="fwd:30", step_s=0.005).returncode == -9
+    assert read_manifest(run_dir)["states"]
+    again = job(run_dir, *options)
+    if options[0].startswith("memory_budget"):
+        assert again.returncode == 1 and "began with interval 6" in again.stderr, \
+            again.stderr[-2000:]
+        again = job(run_dir, 'memory_budget="64KiB"', "l1_slots=null")
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = json.loads(again.stdout)
+    assert result["resumed"]["sweep"] == "forward" and exact(result)
+    assert not run_dir.exists()
+
+
+def _run(run_dir: Path, options: list[str]) -> dict:
+    parsed = {name: json.loads(value) for name, value in (o.split("=", 1) for o in options)}
+    if "memory_budget" in parsed:
+        parsed["l1_slots"] = None
+    return run(str(run_dir), N, INTERVAL, **parsed)
+
+
+def test_two_processes_on_one_run_dir(tmp_path):
+    """A second process on a run directory in use is refused, naming it; the first's run is
+    exact."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ATTACK_STEP_S": "0.01"}
+    first = subprocess.Popen([sys.executable, str(JOB), str(run_dir), str(N), str(INTERVAL)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not (run_dir / "manifest.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        model = Mixed(N)
+        fwd, rev = operators(model, "")
+        with pytest.raises(UsageError, match="in use"):
+            AsyncCheckpointer(model.checkpoint, fwd, rev, N, l1_slots=2, interval=INTERVAL,
+                              run_dir=run_dir, outputs=Arrays([model.trace, model.counts]),
+                              adjoint=Arrays([model.lam, model.grad]))
+    finally:
+        out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err[-2000:]
+    assert exact(json.loads(out))
+    assert not run_dir.exists()
