@@ -24,7 +24,8 @@ from ._execution.link import Link, link_for, measure_copy
 from ._execution.meter import RunMeter
 from ._execution.ranks import Ranks
 from ._execution.resumable import ResumableEngine
-from ._execution.resume import NoRunDir, RunDir, identity_of
+from ._execution.identity import identity_of
+from ._execution.resume import NoRunDir, RunDir
 from .costs import MeasuredCosts
 from .errors import UsageError
 from .stats import Stats

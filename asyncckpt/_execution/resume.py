@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,29 +35,17 @@ from ..storage.durable import STATES_FILE, DurableFileStorage
 from ..storage.rundir import (MANIFEST, FORMAT, fsync_directory, lock_directory, read_manifest,
                               read_snapshot)
 from .committer import Committer, Snapshots
+from .identity import writer
 from .engine import TransferEngine
 from .resumable import ResumableEngine
 from .interpreter import Interpreter
 
-__all__ = ["NoRunDir", "RunDir", "identity_of"]
+__all__ = ["NoRunDir", "RunDir"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds a run's end and ``close`` wait for the commits under way
 COMMIT_WAIT_S = 60.0
-
-
-def _shapes(descriptor: Any) -> list[list[int]]:
-    return [list(np.shape(a)) for a in descriptor.get_data(0)]
-
-
-def identity_of(n: int, checkpoint: Any, nbytes: int, dtype: np.dtype, outputs: Any,
-                adjoint: Any) -> dict[str, Any]:
-    """What a run directory's run is: a later checkpointer resumes it only where they agree."""
-    return {"n_timesteps": n, "nbytes": nbytes, "dtype": str(dtype),
-            "shapes": _shapes(checkpoint),
-            "outputs": None if outputs is None else _shapes(outputs),
-            "adjoint": None if adjoint is None else _shapes(adjoint)}
 
 
 class NoRunDir:
@@ -90,7 +77,7 @@ class RunDir:
     path : Path
         The directory (made, 0700, where missing).
     identity : dict
-        :func:`identity_of` this checkpointer's run.
+        :func:`~asyncckpt._execution.identity.identity_of` this checkpointer's run.
     outputs, adjoint : descriptor or None
         What the forward sweep produces besides the state, and the reverse sweep's own state.
     keep : bool
@@ -146,7 +133,7 @@ class RunDir:
         self.plan: tuple[int, int] | None = None if manifest is None else (
             manifest["plan"]["interval"], manifest["plan"]["l1_slots"])
         self._resuming = self.resumed is not None
-        self._writer = _writer()
+        self._writer = writer()
         self._engine: ResumableEngine | None = None
         self._interpreter: Interpreter | None = None
         self._serial = self._manifest.get("serial", 0)
@@ -391,9 +378,3 @@ def _ours(name: str) -> bool:
     """Whether ``name`` is that of a file a run directory's run writes, besides its manifest."""
     return (name in (STATES_FILE, f".{MANIFEST}.tmp")
             or re.fullmatch(r"(outputs|adjoint)\.\d+\.bin", name) is not None)
-
-
-def _writer() -> str:
-    """What writes a run directory: the version, the process and the host."""
-    from .. import __version__
-    return f"asyncckpt {__version__} (pid {os.getpid()} on {socket.gethostname()})"

@@ -11,9 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from asyncckpt import AsyncCheckpointer
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
 from asyncckpt.errors import UsageError
 from asyncckpt.storage.rundir import read_manifest
 from attack_job import Arrays, Mixed, operators, reference, run
@@ -125,3 +126,22 @@ def test_two_processes_on_one_run_dir(tmp_path):
     assert first.returncode == 0, err[-2000:]
     assert exact(json.loads(out))
     assert not run_dir.exists()
+
+
+def test_arrays_of_other_dtypes_are_another_run(tmp_path):
+    """An ArrayCheckpoint's dtype is uint8 whatever its arrays: a state, outputs or adjoint of
+    the same shapes and bytes but other dtypes (an int64 field beside a float64 counter) was
+    resumed with its bits reinterpreted."""
+    run_dir = tmp_path / "run"
+    assert job(run_dir, kill="fwd:30", step_s=0.005).returncode == -9
+    model = Mixed(N)
+    fwd, rev = operators(model, "")
+    outputs, adjoint = Arrays([model.trace, model.counts]), Arrays([model.lam, model.grad])
+    for state, outs in [([model.x.view(np.int64), model.k.view(np.float64)], outputs),
+                        ([model.x, model.k], Arrays([model.trace.view(np.int32),
+                                                     model.counts]))]:
+        with pytest.raises(UsageError, match="dtypes"):
+            AsyncCheckpointer(ArrayCheckpoint(state), fwd, rev, N, l1_slots=2,
+                              interval=INTERVAL, run_dir=run_dir, outputs=outs,
+                              adjoint=adjoint)
+    assert exact(finished(run_dir))
