@@ -7,8 +7,10 @@ killed at any point leaves the last manifest put in place, and every file it nam
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +28,10 @@ __all__ = ["FORMAT", "MANIFEST", "fsync_directory", "lock_directory", "read_mani
 FORMAT = "asyncckpt-run/1"
 #: The manifest's name in a run directory
 MANIFEST = "manifest.json"
+#: What flock raises on a file system that has none
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+log = logging.getLogger(__name__)
 
 
 def _digest(data: bytes | memoryview) -> int:
@@ -58,6 +64,13 @@ def lock_directory(directory: Path) -> int:
         raise UsageError(f"run_dir {str(directory)!r} is in use by another checkpointer (its "
                          "manifest's writer): one run directory serves one run at a time"
                          ) from None
+    except OSError as exc:
+        if exc.errno not in _NO_LOCKS:
+            os.close(fd)
+            raise
+        # a file system without flock (Lustre mounted noflock): the run goes on, unguarded
+        log.warning("run_dir %s cannot be locked (%s): a second checkpointer on it is not "
+                    "refused", directory, exc)
     except BaseException:
         os.close(fd)
         raise

@@ -209,3 +209,16 @@ def test_a_sweep_on_a_daemon_thread_at_exit_leaves_no_directory(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not level2.exists()
+
+
+def test_a_file_system_without_locks_runs_unguarded(tmp_path, monkeypatch, caplog):
+    """flock fails with ENOSYS on Lustre mounted noflock (a batch queue's shared scratch):
+    the run goes on, with a warning, rather than being refused."""
+    import errno
+    import fcntl
+
+    def no_flock(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    result = run(str(tmp_path / "run"), N, INTERVAL, l1_slots=2)
+    assert exact(result) and "cannot be locked" in caplog.text
