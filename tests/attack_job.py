@@ -3,7 +3,7 @@ reverse sweep of a state of mixed dtypes (a float64 field beside an int64 counte
 ``ArrayCheckpoint``) with a run directory, killed by a real SIGKILL at a point named by
 ``ATTACK_KILL``, else printing one JSON line: what it resumed from, the gradient, the outputs.
 
-Usage: attack_job.py RUN_DIR N INTERVAL [OPTION=VALUE ...]; ``ATTACK_KILL`` is one of
+Usage: attack_job.py RUN_DIR N INTERVAL|auto [OPTION=VALUE ...]; ``ATTACK_KILL`` is one of
 ``replace-before:K`` / ``replace-after:K`` (around the K-th rename of a manifest into place),
 ``unlink:K`` (at the K-th file removal of ``close``), ``between`` (after the forward sweep
 returned), ``fwd:S`` / ``rev:S`` (at step S of the forward operator, or its reverse).
@@ -143,7 +143,7 @@ def arm(kill: str) -> None:
         Path.unlink = unlink
 
 
-def run(run_dir: str, n: int, interval: int, kill: str = "", seed: float = 1.0,
+def run(run_dir: str, n: int, interval: int | str, kill: str = "", seed: float = 1.0,
         **options: object) -> dict:
     model = Mixed(n)
     model.trace[0], model.counts[0] = model.x[0], model.k[0]
@@ -165,7 +165,8 @@ def run(run_dir: str, n: int, interval: int, kill: str = "", seed: float = 1.0,
 
 
 def main() -> None:
-    run_dir, n, interval = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    run_dir, n = sys.argv[1], int(sys.argv[2])
+    interval = sys.argv[3] if sys.argv[3] == "auto" else int(sys.argv[3])
     options: dict = {"l1_slots": 2}
     for arg in sys.argv[4:]:
         name, _, value = arg.partition("=")
