@@ -151,7 +151,12 @@ class RunDir:
         if others:
             raise UsageError(f"run_dir {str(self.path)!r} holds no run's manifest but other "
                              f"files ({', '.join(others[:5])}): give an empty or new directory")
-        os.chmod(self.path, 0o700)  # private, as a directory made here is
+        try:
+            os.chmod(self.path, 0o700)  # private, as a directory made here is
+        except OSError as exc:
+            raise StorageError(f"run_dir {str(self.path)!r} cannot be made private (0700): "
+                               f"{exc.strerror}; give a directory this process may write"
+                               ) from exc
 
     def _check_same_run(self, theirs: dict[str, Any]) -> None:
         """Raise, naming what differs, unless ``theirs`` is this checkpointer's run."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, CheckpointError
 from asyncckpt.errors import UsageError
 from asyncckpt.storage.rundir import read_manifest
 from attack_job import Arrays, Mixed, operators, reference, run
@@ -222,3 +222,20 @@ def test_a_file_system_without_locks_runs_unguarded(tmp_path, monkeypatch, caplo
     monkeypatch.setattr(fcntl, "flock", no_flock)
     result = run(str(tmp_path / "run"), N, INTERVAL, l1_slots=2)
     assert exact(result) and "cannot be locked" in caplog.text
+
+
+def test_a_read_only_run_dir_is_a_checkpoint_error(tmp_path):
+    """A run directory on a read-only mount (a scratch remounted read-only): a CheckpointError
+    naming it, never an OSError from deep inside."""
+    source, mounted = tmp_path / "source", tmp_path / "mounted"
+    (source / "run").mkdir(parents=True)
+    mounted.mkdir()
+    if subprocess.run(["mount", "--bind", "-o", "ro", str(source), str(mounted)],
+                      capture_output=True).returncode:
+        pytest.skip("no read-only bind mount here (it needs root)")
+    try:
+        for run_dir in (mounted / "run", mounted / "new"):
+            with pytest.raises(CheckpointError, match="run_dir|FileStorage path"):
+                run(str(run_dir), N, INTERVAL, l1_slots=2)
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)
