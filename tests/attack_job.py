@@ -29,7 +29,7 @@ def die() -> None:
 
 
 class Mixed:
-    """x_{t+1} = tanh(a x_t + 0.01 k_t[0] + b_t), k_{t+1} = (3 k_t[0] + round(1000 sum x), k_t[1]
+    """x_{t+1} = tanh(a x_t + 1e-7 k_t[0] + b_t), k_{t+1} = (3 k_t[0] + round(1000 sum x), k_t[1]
     + 1): its adjoint, of the loss sum(seed * x_n) by a, through x only."""
 
     def __init__(self, n: int) -> None:
@@ -51,7 +51,7 @@ class Mixed:
 
     def step(self, t: int) -> None:
         self.x_in, self.k_in, self.taped = self.x.copy(), self.k.copy(), t
-        self.x[...] = np.tanh(self.a * self.x + 0.01 * self.k[0] + self.b[t % 5])
+        self.x[...] = np.tanh(self.a * self.x + 1e-7 * self.k[0] + self.b[t % 5])
         self.k[0] = (3 * self.k[0] + int(round(1000 * self.x.sum()))) % 1000003
         self.k[1] += 1
         self.trace[t + 1], self.counts[t + 1] = self.x[0], self.k[0]
@@ -59,7 +59,7 @@ class Mixed:
 
     def adjoint(self, t: int) -> None:
         assert self.taped == t, (self.taped, t)
-        pre = self.a * self.x_in + 0.01 * self.k_in[0] + self.b[t % 5]
+        pre = self.a * self.x_in + 1e-7 * self.k_in[0] + self.b[t % 5]
         dx = self.lam * (1 - np.tanh(pre) ** 2)
         self.grad += dx * self.x_in
         self.lam[...] = dx * self.a

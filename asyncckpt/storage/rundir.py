@@ -62,8 +62,8 @@ def lock_directory(directory: Path) -> int:
     except BlockingIOError:
         os.close(fd)
         raise UsageError(f"run_dir {str(directory)!r} is in use by another checkpointer (its "
-                         "manifest's writer): one run directory serves one run at a time"
-                         ) from None
+                         "manifest's writer): one run directory serves one run at a time; "
+                         "close() the other first") from None
     except OSError as exc:
         if exc.errno not in _NO_LOCKS:
             os.close(fd)

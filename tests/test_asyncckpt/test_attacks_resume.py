@@ -44,6 +44,22 @@ def exact(result: dict) -> bool:
     return result["grad"] == want["grad"] and result["outputs"] == want["outputs"]
 
 
+def test_the_workload_has_a_gradient_and_a_counter_that_matters():
+    """The comparisons below can fail: the gradient is not zero, and the int64 counter
+    reaches the field (a state restored without it would give other bits)."""
+    grad = np.frombuffer(bytes.fromhex(reference(N)["grad"]))
+    assert np.count_nonzero(grad) == grad.size
+    model = Mixed(N)
+    for t in range(N):
+        model.step(t)
+    cut = Mixed(N)
+    for t in range(N):
+        cut.step(t)
+        if t == N // 2:
+            cut.k[0] += 1
+    assert not np.array_equal(model.x, cut.x)
+
+
 def test_a_kill_once_the_forward_sweep_returned_keeps_the_whole_forward(tmp_path):
     """apply_forward() returned: its last commit is on the device, so a job killed between the
     sweeps (by the queue, again and again at that point) never runs the forward sweep again."""
@@ -239,3 +255,28 @@ def test_a_read_only_run_dir_is_a_checkpoint_error(tmp_path):
                 run(str(run_dir), N, INTERVAL, l1_slots=2)
     finally:
         subprocess.run(["umount", str(mounted)], check=True)
+
+
+def test_a_second_checkpointer_on_an_unclosed_run_dir_is_refused(tmp_path):
+    """An optimisation loop that makes a checkpointer per iteration on one run_dir, the last
+    one not closed yet: the second resumed the first's finished run, ran no step and handed
+    back the first iteration's gradient for another model. It is refused, naming close()."""
+    kept = []
+    for scale in (1.0, 1.5):
+        model = Mixed(N)
+        model.a *= scale
+        fwd, rev = operators(model, "")
+        if kept:
+            with pytest.raises(UsageError, match=r"in use .* close\(\) the other first"):
+                AsyncCheckpointer(model.checkpoint, fwd, rev, N, l1_slots=2, interval=INTERVAL,
+                                  run_dir=tmp_path / "run", adjoint=Arrays([model.lam,
+                                                                            model.grad]))
+            break
+        ckp = AsyncCheckpointer(model.checkpoint, fwd, rev, N, l1_slots=2, interval=INTERVAL,
+                                run_dir=tmp_path / "run", adjoint=Arrays([model.lam, model.grad]))
+        kept.append(ckp)
+        ckp.apply_forward()
+        model.lam[...] = 1.0
+        ckp.apply_reverse()
+    kept[0].close()
+    assert not (tmp_path / "run").exists()
