@@ -24,7 +24,8 @@ from ._execution.link import Link, link_for, measure_copy
 from ._execution.meter import RunMeter
 from ._execution.ranks import Ranks
 from ._execution.resumable import ResumableEngine
-from ._execution.resume import NoRunDir, RunDir, identity_of
+from ._execution.identity import identity_of
+from ._execution.resume import NoRunDir, RunDir
 from .costs import MeasuredCosts
 from .errors import UsageError
 from .stats import Stats
@@ -137,6 +138,8 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks,
                                  default_storage=names_host_memory(storage))
         slots, in_level1 = memory.split(options.l1_slots, options.interval)
+        if in_level1 and isinstance(run, RunDir):
+            raise _without_level2(options, run, slots)
         check_node_holds(options.l1_node, memory, slots, in_level1, options.l1_slots is not None)
         bounded = memory.bounds_level2(in_level1)
         spec = level2_spec(storage, bounded, by_default=memory.default_bound is not None)
@@ -165,7 +168,10 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
                 elif opened is not None:
                     opened.close()
             finally:
-                ranks.free()
+                try:
+                    run.close()  # a directory made here, where nothing was committed, goes
+                finally:
+                    ranks.free()
         raise
 
 
@@ -187,6 +193,19 @@ def _open_run(options: Options, checkpoint: Any, nbytes: int, dtype: Any, storag
         interval, slots = run.plan
         options = dataclasses.replace(options, interval=interval, l1_slots=slots)
     return run, options
+
+
+def _without_level2(options: Options, run: RunDir, slots: int) -> UsageError:
+    """The refusal of a run directory whose plan stores no state on Level-2: it would commit
+    nothing (and a run resumed from it, a plan other than its states')."""
+    began = ("" if run.plan is None else f"the run in it began with interval {run.plan[0]} "
+             f"and {run.plan[1]} Level-1 slots, and ")
+    budget = ("" if options.memory_budget is None
+              else f" within memory_budget={options.memory_budget}")
+    return UsageError(f"run_dir={str(run.path)!r} commits the states a run stores on Level-2; "
+                      f"{began}this plan keeps every state in Level-1 ({slots} slots for "
+                      f"n={options.n_timesteps}{budget}): give fewer l1_slots, an interval "
+                      "or a larger memory_budget, or no run_dir")
 
 
 def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bool,

@@ -99,6 +99,12 @@ class ArrayCheckpoint(Checkpoint):
         self._size = sum(_elements(a) for a in arrays)
 
     @property
+    def arrays(self) -> list[Any]:
+        """The live arrays, as given (a state of several dtypes is stored through views of
+        their bytes, which :meth:`get_data` gives)."""
+        return list(self._shown)
+
+    @property
     def size(self) -> int:
         return self._size
 

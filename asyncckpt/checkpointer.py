@@ -17,6 +17,7 @@ from schedules.actions import Action
 
 from ._execution.guard import CallGuard
 from ._execution.ranks import Ranks, ranks_of
+from ._execution.resumable import unwind_reverse
 from ._planning.budget import DEFAULT_STAGING_BUFFERS
 from ._build import build
 from ._lifetime import Closing
@@ -233,6 +234,9 @@ class AsyncCheckpointer(Closing):
         """Run the reverse sweep: the adjoint of steps n-1 down to 0 (each after its taping step,
         or, taping-free, with the live state u_t); with ``keep_forward=True``, again and again."""
         with self._calls.running("apply_reverse()"):
+            if self._phase == "reverse" and self._options.keep_forward:  # one that raised
+                unwind_reverse(self._parts.engine, self._parts.level1)
+                self._actions, self._phase = None, "forward-done"
             if self._phase != "forward-done":
                 raise UsageError("apply_reverse() needs a completed apply_forward() first "
                                  f"(the checkpointer is {self._phase!r})")

@@ -1,9 +1,16 @@
 """The transfer engine of a run whose Level-2 states outlive a reverse sweep or the process."""
 from __future__ import annotations
 
-from .engine import TransferEngine
+import logging
+import time
 
-__all__ = ["ResumableEngine"]
+from .bounded import ABANDON_S, stalled
+from .engine import TransferEngine
+from .level1 import Level1
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ResumableEngine", "unwind_reverse"]
 
 
 class ResumableEngine(TransferEngine):
@@ -30,3 +37,25 @@ class ResumableEngine(TransferEngine):
         if read is not None:
             self._await([read.future], "read", key)  # the buffer is in use until its read ends
             self._free_prefetch.append(read.buffer)
+
+    def settle_reads(self) -> None:
+        """After a reverse sweep that raised: wait for its prefetch reads (at most
+        ``ABANDON_S``, their failures ignored) and take their buffers back; the states stay on
+        Level-2 for the next reverse sweep."""
+        reads = dict(self._reads)
+        self._reads.clear()  # the ledger's table: its reads are over
+        self.calls.settle([read.future for read in reads.values()],
+                          time.monotonic() + ABANDON_S)
+        for read in reads.values():
+            if stalled(read.future):  # its thread keeps the buffer
+                log.warning("abandoned the Level-2 read of u_%d: still running", read.key)
+            else:
+                self._free_prefetch.append(read.buffer)
+
+
+def unwind_reverse(engine: TransferEngine, level1: Level1) -> None:
+    """After a reverse sweep that raised, with ``keep_forward=True``: its Level-1 slots and
+    prefetch buffers back; the forward sweep's states stay on Level-2 for the next."""
+    assert isinstance(engine, ResumableEngine)
+    engine.settle_reads()
+    level1.abandon()

@@ -18,14 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from schedules import AsyncMultistage, EndForward, EndReverse, Free, Store, Tier
+from schedules import AsyncMultistage, EndForward, Free, Store, Tier
 from schedules.actions import Action
 from schedules.multistage import reverse_stored
 
@@ -33,31 +32,20 @@ from .._memory.buffers import aligned_buffer
 from ..errors import CorruptionError, StorageError, UsageError
 from ..storage.directories import make_private
 from ..storage.durable import STATES_FILE, DurableFileStorage
-from ..storage.rundir import MANIFEST, FORMAT, fsync_directory, read_manifest, read_snapshot
+from ..storage.rundir import (MANIFEST, FORMAT, fsync_directory, lock_directory, read_manifest,
+                              read_snapshot)
 from .committer import Committer, Snapshots
+from .identity import writer
 from .engine import TransferEngine
 from .resumable import ResumableEngine
 from .interpreter import Interpreter
 
-__all__ = ["NoRunDir", "RunDir", "identity_of"]
+__all__ = ["NoRunDir", "RunDir"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds a run's end and ``close`` wait for the commits under way
 COMMIT_WAIT_S = 60.0
-
-
-def _shapes(descriptor: Any) -> list[list[int]]:
-    return [list(np.shape(a)) for a in descriptor.get_data(0)]
-
-
-def identity_of(n: int, checkpoint: Any, nbytes: int, dtype: np.dtype, outputs: Any,
-                adjoint: Any) -> dict[str, Any]:
-    """What a run directory's run is: a later checkpointer resumes it only where they agree."""
-    return {"n_timesteps": n, "nbytes": nbytes, "dtype": str(dtype),
-            "shapes": _shapes(checkpoint),
-            "outputs": None if outputs is None else _shapes(outputs),
-            "adjoint": None if adjoint is None else _shapes(adjoint)}
 
 
 class NoRunDir:
@@ -89,7 +77,7 @@ class RunDir:
     path : Path
         The directory (made, 0700, where missing).
     identity : dict
-        :func:`identity_of` this checkpointer's run.
+        :func:`~asyncckpt._execution.identity.identity_of` this checkpointer's run.
     outputs, adjoint : descriptor or None
         What the forward sweep produces besides the state, and the reverse sweep's own state.
     keep : bool
@@ -104,6 +92,16 @@ class RunDir:
             make_private(path)
         elif not path.is_dir():
             raise UsageError(f"run_dir {str(path)!r} is not a directory")
+        #: the lock that keeps the directory this checkpointer's alone until close
+        self._lock = lock_directory(path)
+        try:
+            self._open(path, identity)
+        except BaseException:
+            os.close(self._lock)
+            raise
+
+    def _open(self, path: Path, identity: dict[str, Any]) -> None:
+        """Take up the run in ``path``: the one its manifest names, else a fresh one."""
         manifest = read_manifest(path)
         if manifest is None:
             self._check_unused()
@@ -135,7 +133,7 @@ class RunDir:
         self.plan: tuple[int, int] | None = None if manifest is None else (
             manifest["plan"]["interval"], manifest["plan"]["l1_slots"])
         self._resuming = self.resumed is not None
-        self._writer = _writer()
+        self._writer = writer()
         self._engine: ResumableEngine | None = None
         self._interpreter: Interpreter | None = None
         self._serial = self._manifest.get("serial", 0)
@@ -153,7 +151,12 @@ class RunDir:
         if others:
             raise UsageError(f"run_dir {str(self.path)!r} holds no run's manifest but other "
                              f"files ({', '.join(others[:5])}): give an empty or new directory")
-        os.chmod(self.path, 0o700)  # private, as a directory made here is
+        try:
+            os.chmod(self.path, 0o700)  # private, as a directory made here is
+        except OSError as exc:
+            raise StorageError(f"run_dir {str(self.path)!r} cannot be made private (0700): "
+                               f"{exc.strerror}; give a directory this process may write"
+                               ) from exc
 
     def _check_same_run(self, theirs: dict[str, Any]) -> None:
         """Raise, naming what differs, unless ``theirs`` is this checkpointer's run."""
@@ -301,8 +304,9 @@ class RunDir:
             self._manifest.update(sweep="done", step=0)
             self._sweep = "idle"
         self._commit()
-        if until is EndReverse:  # a finished run is on the device when apply_reverse returns
-            self._committer.wait(COMMIT_WAIT_S)
+        # a sweep's end is on the device when apply_forward or apply_reverse returns: a job
+        # killed between the sweeps never runs the forward sweep again
+        self._committer.wait(COMMIT_WAIT_S)
 
     # commits and restores
 
@@ -344,13 +348,24 @@ class RunDir:
 
     def close(self) -> None:
         """Wait for the commits under way (at most :data:`COMMIT_WAIT_S`), then remove the
-        directory of a finished run, unless it is to be kept."""
+        directory of a finished run, or of none (nothing committed, nothing found), unless it
+        is to be kept; let go of the directory. Safe to call twice."""
+        if self._lock < 0:
+            return
+        try:
+            self._remove()
+        finally:
+            os.close(self._lock)
+            self._lock = -1
+
+    def _remove(self) -> None:
+        """The removal of :meth:`close`."""
         try:
             self._committer.close(COMMIT_WAIT_S)
         except StorageError as exc:  # what was put in place before stays, resumable
             log.warning("run_dir %s: %s", self.path, exc)
             return
-        if self._manifest.get("sweep") != "done" or self.keep:
+        if self._manifest.get("sweep", "done") != "done" or self.keep:
             return
         # the manifest first: a kill from here on leaves no run, and files a new one ignores
         (self.path / MANIFEST).unlink(missing_ok=True)
@@ -368,9 +383,3 @@ def _ours(name: str) -> bool:
     """Whether ``name`` is that of a file a run directory's run writes, besides its manifest."""
     return (name in (STATES_FILE, f".{MANIFEST}.tmp")
             or re.fullmatch(r"(outputs|adjoint)\.\d+\.bin", name) is not None)
-
-
-def _writer() -> str:
-    """What writes a run directory: the version, the process and the host."""
-    from .. import __version__
-    return f"asyncckpt {__version__} (pid {os.getpid()} on {socket.gethostname()})"

@@ -7,7 +7,10 @@ killed at any point leaves the last manifest put in place, and every file it nam
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,15 +19,19 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ..errors import CorruptionError, InvalidValueError, StorageError
+from ..errors import CorruptionError, InvalidValueError, StorageError, UsageError
 
-__all__ = ["FORMAT", "MANIFEST", "fsync_directory", "read_manifest", "read_snapshot",
-           "write_manifest", "write_snapshot"]
+__all__ = ["FORMAT", "MANIFEST", "fsync_directory", "lock_directory", "read_manifest",
+           "read_snapshot", "write_manifest", "write_snapshot"]
 
 #: What a manifest says it is, and the version of its layout
 FORMAT = "asyncckpt-run/1"
 #: The manifest's name in a run directory
 MANIFEST = "manifest.json"
+#: What flock raises on a file system that has none
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+log = logging.getLogger(__name__)
 
 
 def _digest(data: bytes | memoryview) -> int:
@@ -38,6 +45,36 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def lock_directory(directory: Path) -> int:
+    """Take ``directory`` for this checkpointer alone: an exclusive lock (``flock``) on it,
+    held until the returned descriptor is closed (or the process ends, a kill included).
+
+    Raises
+    ------
+    UsageError
+        If another checkpointer, in this process or another, holds it.
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(f"run_dir {str(directory)!r} is in use by another checkpointer (its "
+                         "manifest's writer): one run directory serves one run at a time; "
+                         "close() the other first") from None
+    except OSError as exc:
+        if exc.errno not in _NO_LOCKS:
+            os.close(fd)
+            raise
+        # a file system without flock (Lustre mounted noflock): the run goes on, unguarded
+        log.warning("run_dir %s cannot be locked (%s): a second checkpointer on it is not "
+                    "refused", directory, exc)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _write_flushed(path: Path, chunks: Sequence[memoryview | bytes]) -> None:
