@@ -1,22 +1,18 @@
 """The one place a checkpointer's parts are made from its options: the link and Level-1, the
 memory plan and its split, Level-2, the costs measured on it, the transfer engine, the
 interpreter, the meter and, where the model chooses the plan, the auto-planner; and
-:class:`Runs`, which hands the interpreter one schedule per run."""
+:class:`~asyncckpt._runs.Runs`, which hands the interpreter one schedule per run."""
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from schedules import AsyncMultistage, EndForward, EndReverse
-from schedules.actions import Action
-from schedules.multistage import reverse_stored
+from schedules import AsyncMultistage
 
 from ._execution.bounded import ABANDON_S, BoundedCalls
-from ._execution.decisions import RunDecisions
 from ._execution.engine import TransferEngine
 from ._execution.interpreter import Interpreter
 from ._execution.level1 import Level1
@@ -26,17 +22,15 @@ from ._execution.ranks import Ranks
 from ._execution.resumable import ResumableEngine
 from ._execution.identity import identity_of
 from ._execution.resume import NoRunDir, RunDir
-from .costs import MeasuredCosts
 from .errors import UsageError
-from .stats import Stats
 from .storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
                        open_level2)
 from ._tuning.auto import AutoPlanner
 from ._planning.budget import MemoryPlan, check_node_holds
-from ._tuning.view import assume, view
 from ._tuning.calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
 from ._planning.options import Options
 from ._planning.plan import Planner
+from ._runs import Runs
 
 __all__ = ["Parts", "Runs", "build"]
 
@@ -292,108 +286,3 @@ def transfer_deadline(given: float | None, costs: tuple[float, float] | None) ->
     if given is not None:
         return given
     return max(DEADLINE_FLOOR_S, DEADLINE_TRANSFERS * sum(costs or (0.0, 0.0)))
-
-
-class Runs:
-    """The plan of each run: chosen (by the model, for "auto" and "adaptive") before it, handed
-    to the interpreter as one schedule, and learned from after it."""
-
-    def __init__(self, planner: Planner, auto: AutoPlanner | None, engine: TransferEngine,
-                 interpreter: Interpreter, meter: RunMeter, ranks: Ranks,
-                 resume: RunDir | NoRunDir, *, taping: bool, taping_reason: str,
-                 device: str) -> None:
-        self.planner, self.auto = planner, auto
-        #: the run directory, where runs commit to one
-        self.resume = resume
-        self.again = False  # the last sweep was a further reverse sweep
-        self.engine, self.interpreter, self.meter, self.ranks = engine, interpreter, meter, ranks
-        #: what each run's Stats say of it: the protocol, and where Level-1 lives
-        self.taping, self.taping_reason, self.device = taping, taping_reason, device
-
-    def begin(self, stop: Callable[[int], object] | None) -> tuple[Stats, Iterator[Action]]:
-        """A run begins: its measurements (zeroed) and its schedule's actions (from where an
-        earlier process left them, in a resumed run)."""
-        planner, auto = self.planner, self.auto
-        self.engine.sweep()  # what an earlier run's failure left on Level-2 goes first
-        self.ranks.settled = False  # a failure agreed on in an earlier run is over
-        calls = self.ranks.calls
-        n = planner.n_timesteps
-        stats = self._fresh_stats()
-        self.again = False
-        if auto is not None:
-            auto.before_run(stats, self.interpreter)
-        if planner.planned and (planner.adaptive or n is None):
-            # an adaptive run of known n follows its own costs below the planned interval too
-            reprice = (auto.interval_for if auto is not None and planner.adaptive
-                       and n is not None else None)
-            planner.online(RunDecisions(
-                self.engine, planner.interval, adaptive=planner.adaptive, stop=stop,
-                stats=stats, model_tf=(auto.tuner.tf if auto is not None else None) or 0.0,
-                group=self.ranks, reprice=reprice,
-                min_interval=None if reprice is None else planner.min_interval()))
-        assert planner.schedule is not None
-        stats.interval = planner.interval
-        stats.collectives = self.ranks.calls - calls
-        online = planner.adaptive or n is None
-        self.interpreter.expected_stores = (0 if online or n is None or not planner.interval
-                                            else -(-n // planner.interval))
-        return stats, self.resume.actions(planner.schedule)
-
-    def sweep(self, actions: Iterator[Action], until: type[EndForward] | type[EndReverse],
-              stats: Stats, trace: list[Action] | None, blas_threads: int | None) -> None:
-        """One sweep of ``actions``, timed into ``stats``, and what the run commits at its
-        end."""
-        start = time.perf_counter()
-        try:
-            if until is EndForward:  # the plan's buffers, made before the sweep
-                self.planner.fit_memory(self.interpreter.level1, self.engine)
-            self.interpreter.sweep(actions, until, stats, self.meter.fit, trace,
-                                   blas_threads=blas_threads)
-            self.resume.ended(until)
-        finally:
-            elapsed = time.perf_counter() - start
-            if until is EndForward:
-                stats.forward_s = elapsed
-            else:
-                stats.reverse_s = elapsed
-            self.meter.collect(stats)
-
-    def _fresh_stats(self) -> Stats:
-        """Zeroed measurements of a run (or of a further reverse sweep)."""
-        planner = self.planner
-        self.meter.start(planner.n_timesteps)
-        return Stats(n_timesteps=planner.n_timesteps or 0, l1_slots=planner.l1_slots,
-                     l1_bytes=planner.l1_bytes, taping=self.taping,
-                     taping_reason=self.taping_reason, device=self.device,
-                     interval=planner.interval)
-
-    def reverse_again(self) -> tuple[Stats, Iterator[Action]]:
-        """A further reverse sweep over the forward sweep kept on Level-2
-        (``keep_forward=True``): its own measurements, and the reverse sweep from the Level-2
-        states alone (each interval recomputed from its start, no forward sweep)."""
-        schedule = self.planner.schedule
-        if not isinstance(schedule, AsyncMultistage):
-            raise UsageError(f"keep_forward=True reverses again from the states on Level-2, "
-                             f"but this run's plan ({schedule!r}) keeps none there: give an "
-                             "interval")
-        self.again = True
-        n = schedule.n_steps
-        return self._fresh_stats(), reverse_stored(sorted(self.engine.stored_before(n)), n,
-                                                   schedule.l1_slots + 1, schedule.taping)
-
-    def costs(self) -> MeasuredCosts | None:
-        """What "auto" and "adaptive" price plans with (None for a fixed interval)."""
-        return None if self.auto is None else view(self.auto.tuner)
-
-    def assume(self, costs: MeasuredCosts) -> None:
-        """Price the next plans with ``costs`` (see :func:`asyncckpt._tuning.view.assume`)."""
-        if self.auto is None:
-            raise UsageError("costs are set where interval is 'auto' or 'adaptive'; this "
-                             "checkpointer's interval is fixed, and nothing prices its plans")
-        assume(self.auto.tuner, costs)
-
-    def learn(self, stats: Stats) -> None:
-        """After a completed run: what the model learns from it (nothing from a further
-        reverse sweep, which is not a run)."""
-        if self.auto is not None and not self.again:
-            self.auto.after_run(stats, self.meter.fit)

@@ -50,6 +50,7 @@ nitpick_ignore = [
     ("py:class", "asyncckpt.compat._levels._LeveledRevolver"),
     ("py:class", "schedules.classic.ClassicRevolveError"),
     ("py:class", "asyncckpt._lifetime.Closing"),
+    ("py:class", "asyncckpt.storage.file_records.FileRecords"),
 ]
 
 # the user guide: the Markdown pages of docs/, with GitHub's heading anchors (#a-heading-2026-11-26)

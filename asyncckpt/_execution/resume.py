@@ -1,23 +1,18 @@
-"""A run that outlives its process (``run_dir=``): its Level-2 states, its outputs and its
-adjoint committed to a run directory as the sweeps go, and a later process's resumption from
-the last commit (docs/resume.md).
+"""A run that outlives its process (``run_dir=``): its Level-2 states, outputs and adjoint
+committed to a run directory as the sweeps go, and a later process's resumption from the last
+commit (docs/resume.md). What a commit is, is :mod:`asyncckpt.storage.rundir`'s; when one is
+made, and what a resumed run does, is here:
 
-What a commit is (written, flushed, named by a manifest put in place atomically) is
-:mod:`asyncckpt.storage.rundir`'s; when one is made, and what a resumed run does, is here:
-
-- forward sweep: each Level-2 state, once its write returned (flushed to the device), with the
-  outputs as they were when it was stored; at the sweep's end, the outputs of the whole sweep;
-- reverse sweep: the adjoint at each Level-2 boundary (an interval start freed), where the run
-  has an ``adjoint=`` descriptor; at the sweep's end, the final adjoint;
-- a resumed forward sweep restores the last committed state into the live arrays (and the
-  outputs) and runs the schedule on from it; a resumed reverse sweep restores the outputs and
-  the adjoint and reverses what is left, from the Level-2 states alone.
+- forward: each Level-2 state once its write returned (on the device), with the outputs as
+  they were when it was stored; at the sweep's end, the outputs of the whole sweep;
+- reverse: the adjoint at each Level-2 boundary (an interval start freed), and at the end;
+- a resumed forward sweep restores the last committed state (and the outputs) and runs on from
+  it; a resumed reverse sweep restores the outputs and the adjoint and reverses what is left.
 """
 from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,14 +25,13 @@ from schedules.multistage import reverse_stored
 
 from .._memory.buffers import aligned_buffer
 from ..errors import CorruptionError, StorageError, UsageError
-from ..storage.directories import make_private
 from ..storage.durable import STATES_FILE, DurableFileStorage
-from ..storage.rundir import (MANIFEST, FORMAT, fsync_directory, lock_directory, read_manifest,
-                              read_snapshot)
+from ..storage.rundir import FORMAT, read_manifest, read_snapshot
 from .committer import Committer, Snapshots
 from .identity import writer
 from .engine import TransferEngine
 from .resumable import ResumableEngine
+from .run_files import check_same_run, check_unused, remove_run, take_directory
 from .interpreter import Interpreter
 
 __all__ = ["NoRunDir", "RunDir"]
@@ -88,12 +82,8 @@ class RunDir:
                  keep: bool) -> None:
         self.path, self.identity, self.keep = path, identity, keep
         self.outputs, self.adjoint = outputs, adjoint
-        if not path.exists():
-            make_private(path)
-        elif not path.is_dir():
-            raise UsageError(f"run_dir {str(path)!r} is not a directory")
         #: the lock that keeps the directory this checkpointer's alone until close
-        self._lock = lock_directory(path)
+        self._lock = take_directory(path)
         try:
             self._open(path, identity)
         except BaseException:
@@ -104,9 +94,9 @@ class RunDir:
         """Take up the run in ``path``: the one its manifest names, else a fresh one."""
         manifest = read_manifest(path)
         if manifest is None:
-            self._check_unused()
+            check_unused(path)
         else:
-            self._check_same_run(manifest["run"])
+            check_same_run(path, identity, manifest["run"])
             if manifest["sweep"] == "forward" and not manifest["states"]:
                 manifest = None  # killed before its first commit: nothing to resume
         #: this run's Level-2 (the checkpointer's parts close it)
@@ -143,28 +133,6 @@ class RunDir:
         self._pending: list[int] = []  # stored this sweep, not committed yet, oldest first
         self._outputs_at: dict[int, list[np.ndarray]] = {}  # ... the outputs when stored
         self._sweep = "idle"
-
-    def _check_unused(self) -> None:
-        """Raise unless the directory holds nothing but what a run that never committed, or
-        one killed while its directory was being removed, left."""
-        others = sorted(p.name for p in self.path.iterdir() if not _ours(p.name))
-        if others:
-            raise UsageError(f"run_dir {str(self.path)!r} holds no run's manifest but other "
-                             f"files ({', '.join(others[:5])}): give an empty or new directory")
-        try:
-            os.chmod(self.path, 0o700)  # private, as a directory made here is
-        except OSError as exc:
-            raise StorageError(f"run_dir {str(self.path)!r} cannot be made private (0700): "
-                               f"{exc.strerror}; give a directory this process may write"
-                               ) from exc
-
-    def _check_same_run(self, theirs: dict[str, Any]) -> None:
-        """Raise, naming what differs, unless ``theirs`` is this checkpointer's run."""
-        differ = [f"{name} {theirs.get(name)!r} there, {mine!r} here"
-                  for name, mine in self.identity.items() if theirs.get(name) != mine]
-        if differ:
-            raise UsageError(f"run_dir {str(self.path)!r} holds another run: "
-                             f"{'; '.join(differ)} (give another run_dir, or remove it)")
 
     def attach(self, engine: TransferEngine, interpreter: Interpreter) -> None:
         """Run on ``engine`` (a :class:`ResumableEngine`) and ``interpreter``; the committed
@@ -367,19 +335,5 @@ class RunDir:
             return
         if self._manifest.get("sweep", "done") != "done" or self.keep:
             return
-        # the manifest first: a kill from here on leaves no run, and files a new one ignores
-        (self.path / MANIFEST).unlink(missing_ok=True)
-        fsync_directory(self.path)
-        for path in self.path.iterdir():
-            if _ours(path.name):
-                path.unlink(missing_ok=True)
-        try:
-            self.path.rmdir()
-        except OSError:
-            log.info("run_dir %s holds other files: left in place", self.path)
+        remove_run(self.path)
 
-
-def _ours(name: str) -> bool:
-    """Whether ``name`` is that of a file a run directory's run writes, besides its manifest."""
-    return (name in (STATES_FILE, f".{MANIFEST}.tmp")
-            or re.fullmatch(r"(outputs|adjoint)\.\d+\.bin", name) is not None)

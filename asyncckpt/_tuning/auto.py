@@ -11,10 +11,8 @@ import logging
 import math
 from typing import Any
 
-from schedules import AsyncMultistage
 from schedules.model import CodecCosts, adaptive_interval, predict_adaptive
 
-from .._planning.budget import slot_candidates
 from .._memory.buffers import padded
 from .calibrate import measure_fault, probe_forward
 from .._execution.engine import TransferEngine
@@ -25,12 +23,12 @@ from .._planning.plan import Planner
 from .._memory.pool import POOL
 from .choice import Plan, cheapest_near_fastest, explored, fastest_once_warm
 from .cost_memory import COSTS, agree_costs
+from .plans import PRICED_INTERVALS, candidate_plans, codec_choices, log_plans
 from .tuner import CallFit, IntervalTuner
-from ..errors import InvalidValueError, MemoryBudgetError
 from ..stats import Stats
 from ..storage import CompressedStorage, Storage, memory_tier, tiers_of
 
-__all__ = ["AutoPlanner", "cost_key"]
+__all__ = ["AutoPlanner", "cost_key", "PRICED_INTERVALS"]
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +48,6 @@ def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers:
     return (type(fwd).__module__, type(fwd).__qualname__, type(rev).__module__,
             type(rev).__qualname__, nbytes, device, transfers, taping, repr(codec))
 
-
-#: Intervals "auto" prices one by one for each slot count, before a grid 10% apart and every
-#: interval beside the grid's best (see :func:`schedules.model.choose_interval`): as good as
-#: pricing every interval, at a fraction of the cost (docs/measurements.md).
-PRICED_INTERVALS = 64
 
 #: Step and write costs an adaptive run prices its least interval at: each within 25% (log
 #: scale) of a cost priced before takes that cost's interval (a pricing costs milliseconds).
@@ -123,7 +116,8 @@ class AutoPlanner:
              **parts: Any) -> "AutoPlanner":
         """The planner for a new checkpointer, its tuner starting from the costs remembered
         under its key (or the other protocol's); ``codec_costs``: the codec's, as probed."""
-        memory, storage = planner.memory, planner.storage
+        memory = planner.memory
+        storage = planner.storage
         compressor = parts.get("compressor")
         codec = None if compressor is None else compressor.codec
         device = storage if compressor is None else compressor.inner  # what the codec writes to
@@ -160,7 +154,8 @@ class AutoPlanner:
     def before_run(self, stats: Stats, interpreter: Interpreter) -> None:
         """Probe (a first run of known n), then choose the run's plan; a first run of unknown
         length starts from the least interval, 1."""
-        tuner, n = self.tuner, self.planner.n_timesteps
+        tuner = self.tuner
+        n = self.planner.n_timesteps
         if n is not None and n <= 1:
             return
         try:
@@ -194,8 +189,10 @@ class AutoPlanner:
         """Time the opening forward calls (see
         :func:`~asyncckpt._tuning.calibrate.probe_forward`). u_0 is kept in a Level-1 slot and
         restored, so the schedule then runs from u_0 as it is."""
-        n, arrays, link, tuner = self.planner.n_timesteps, interpreter.arrays, self.link, \
-            self.tuner
+        n = self.planner.n_timesteps
+        arrays = interpreter.arrays
+        link = self.link
+        tuner = self.tuner
         assert n is not None  # runs of unknown length are not probed
         held = self.level1.take()
         try:
@@ -207,95 +204,17 @@ class AutoPlanner:
             if len(lengths) == 3:
                 tuner.probed(seconds[1], seconds[2], lengths[2])
             else:
-                tuner.tf, tuner.tcall = max(seconds[0], 1e-9), 0.0
+                tuner.tf = max(seconds[0], 1e-9)
+                tuner.tcall = 0.0
             link.copy_in(held, arrays(0, into=True))
         finally:
             self.level1.give(held)
 
     def _plans(self) -> list[Plan]:
-        """For each slot count, the intervals the model finds fastest with and without faults
-        priced, and Revolve in the Level-1 slots alone. Under a budget without fixed slots the
-        slot counts span the splits of the budget between slots and the DRAM tier."""
-        tuner, planner = self.tuner, self.planner
-        budget = planner.memory.budget
-        budgeted = budget is not None and not self.slots_fixed
-        if budgeted:
-            assert budget is not None
-            candidates = slot_candidates(min(budget.max_slots_with_level2, tuner.n_steps))
-        else:
-            candidates = [planner.l1_slots]
-        # pricing faults changes the choice only where a fault cost was measured
-        pricings = (False, True) if tuner.fresh() is not None else (False,)
-        plans: list[Plan] = []
-        seen: set[tuple[int, int, bool]] = set()
-        for slots in candidates:
-            capacities = planner.capacities(slots)
-            for compressed in self._codec_choices():
-                try:
-                    choices = [tuner.choose(slots, capacities, fresh=fresh,
-                                            max_candidates=PRICED_INTERVALS,
-                                            compressed=compressed)
-                               for fresh in pricings]
-                except InvalidValueError:  # these tiers hold no state beside so many slots
-                    if budgeted:
-                        continue
-                    if planner.n_timesteps is None:
-                        raise
-                    # Revolve in the fixed slots alone is left (priced below), its baselines
-                    # without the tiers
-                    choices = [tuner.choose(slots, None, fresh=False,
-                                            max_candidates=PRICED_INTERVALS)]
-                    intervals: set[int] = set()
-                else:
-                    intervals = {choice.interval for choice in choices}
-                # Level-1 alone moves no state through the codec: priced once
-                if planner.n_timesteps is not None and not (compressed and self.compress_auto):
-                    intervals.add(0)
-                for interval in intervals:  # each priced once, the warm choice's baselines kept
-                    used = slots
-                    if budgeted and interval and not planner.adaptive:
-                        # an interval's schedule is the same with more than I slots: the budget
-                        # they would take goes to the DRAM tier instead of sending states to disk
-                        used = min(slots, interval)
-                    if (used, interval, compressed) in seen:
-                        continue
-                    seen.add((used, interval, compressed))
-                    room = capacities if used == slots else planner.capacities(used)
-                    transfers = (AsyncMultistage(tuner.n_steps, interval, used).l2_states
-                                 if interval else 0)
-                    if budgeted and interval and transfers <= 1 and planner.n_timesteps:
-                        # u_0 alone on Level-2 is Revolve in fewer slots than the budget gives
-                        # Revolve in Level-1 alone (priced below): never the faster
-                        continue
-                    plans.append(Plan(
-                        used, interval, choices[0],
-                        tuner.price(used, interval, room, fresh=False, compressed=compressed),
-                        tuner.price(used, interval, room, compressed=compressed), transfers,
-                        compressed=compressed and interval > 0))
-        if budgeted and planner.n_timesteps is not None:
-            # Revolve in Level-1 alone holds no staging or prefetch buffers: every buffer of the
-            # budget is a slot
-            assert budget is not None
-            alone = min(budget.buffers, max(1, tuner.n_steps - (1 if tuner.taping else 0)))
-            if not any(plan.slots == alone and plan.interval == 0 for plan in plans):
-                # its baselines, for the run's record: no tier has room beside so many slots
-                choice = tuner.choose(alone, None, fresh=False, max_candidates=PRICED_INTERVALS)
-                plans.append(Plan(alone, 0, choice, tuner.price(alone, 0, fresh=False),
-                                  tuner.price(alone, 0), 0))
-        if not plans:
-            raise MemoryBudgetError(
-                f"memory_budget={None if budget is None else budget.nbytes} bytes leaves no "
-                f"room on Level-2 {planner.storage!r}")
-        return plans
-
-    def _codec_choices(self) -> tuple[bool, ...]:
-        """Whether plans are priced compressed, uncompressed or both: with ``"auto"``, both
-        once a run has measured the codec on its states."""
-        if self.compressor is None:
-            return (False,)
-        if not self.compress_auto:
-            return (True,)
-        return (False, True) if self.tuner.codec is not None else (False,)
+        """The plans this run may take (:func:`~asyncckpt._tuning.plans.candidate_plans`)."""
+        codecs = codec_choices(self.tuner, self.compressor is not None, self.compress_auto)
+        return candidate_plans(self.tuner, self.planner, codecs, slots_fixed=self.slots_fixed,
+                               compress_auto=self.compress_auto)
 
     def _choose(self, stats: Stats) -> None:
         """Take the schedule the model predicts fastest once memory is warm, or after a first
@@ -306,7 +225,8 @@ class AutoPlanner:
         runs once instead (:func:`~asyncckpt._tuning.choice.explored`). The prediction
         adds what this run pays to fault in the memory no earlier run left (see
         :mod:`asyncckpt._tuning.tuner`)."""
-        tuner, planner = self.tuner, self.planner
+        tuner = self.tuner
+        planner = self.planner
         tuner.n_steps = self.nominal_n()
         tuner.warm_buffers = self.warm_buffers()
         agree_costs(tuner, self.ranks)
@@ -317,9 +237,9 @@ class AutoPlanner:
         if tuner.runs and not planner.adaptive:  # the runs whose residual is learned
             plan = explored(plans, plan, lambda plan: tuner.measured(plan.transfers))
         if log.isEnabledFor(logging.DEBUG):
-            self._log(plans, plan)
-        slots, interval = plan.slots, plan.interval
-        planner.use_slots(slots)
+            log_plans(log, tuner, plans, plan)
+        interval = plan.interval
+        planner.use_slots(plan.slots)
         if self.compress_auto:
             assert self.compressor is not None
             self.compressor.compress_every = 1 if plan.compressed else max(
@@ -350,7 +270,8 @@ class AutoPlanner:
                 stats.calibration.update(predicted_total_s=adaptive.total_s,
                                          adaptive_interval=adaptive_interval(costs, interval))
         planner.predicted_s = stats.calibration["predicted_total_s"]
-        stats.l1_slots, stats.l1_bytes = planner.l1_slots, planner.l1_bytes
+        stats.l1_slots = planner.l1_slots
+        stats.l1_bytes = planner.l1_bytes
 
     def interval_for(self, tf: float, tw: float | None) -> int:
         """The interval the model finds fastest for the run's slots were its steps to cost
@@ -361,22 +282,8 @@ class AutoPlanner:
         least = self._intervals.get(key)
         if least is None:
             planner = self.planner
-            least = self._intervals[key] = self.tuner.interval_at(
-                tf, tw, planner.l1_slots, planner.capacities(planner.l1_slots),
-                compressed=self._compressed)
+            least = self.tuner.interval_at(tf, tw, planner.l1_slots,
+                                           planner.capacities(planner.l1_slots),
+                                           compressed=self._compressed)
+            self._intervals[key] = least
         return least
-
-    def _log(self, plans: list[Plan], chosen: Plan) -> None:
-        tuner = self.tuner
-        for plan in sorted(plans, key=lambda plan: plan.warm_s)[:6]:
-            log.debug("auto considers %d slots, I=%d%s: %.3f s warm, %.3f s of faults, "
-                      "%d Level-2 writes", plan.slots, plan.interval,
-                      " compressed" if plan.compressed else "", plan.warm_s, plan.faults_s,
-                      plan.transfers)
-        log.debug("auto: %d slots, %s%s, predicted %.3f s (%.3f s of faults), %d warm "
-                  "buffers, tf %.3g s, tb %.3g s, tcall %.3g s, tw %.3g s, tr %.3g s, "
-                  "fault %s s", chosen.slots,
-                  f"I={chosen.interval}" if chosen.interval else "Level-1 alone",
-                  " compressed" if chosen.compressed else "", chosen.total_s, chosen.faults_s,
-                  tuner.warm_buffers, tuner.tf or 0.0,
-                  tuner.costs().tb, tuner.tcall, tuner.tw, tuner.tr, tuner.fault_s)

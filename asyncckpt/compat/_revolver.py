@@ -8,19 +8,18 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from schedules import OnlineMultistage, simulate
 
 from ..planning import (check_int, check_operator, choose_l1_slots, default_budget,
                         environment, parse_flag, parse_interval, world_if_running)
-from ..checkpoint import Checkpoint, as_dtype, check_descriptor
+from ..checkpoint import Checkpoint, check_descriptor
 from ..checkpointer import AsyncCheckpointer
-from ..compression import CustomCodec, parse_compression
-from ..errors import InvalidValueError, UsageError
+from ..compression import parse_compression
+from ..errors import UsageError
 from ..stats import Stats
 from ..storage import Storage
 from ._declared import Settling, declared_dtype
-from .compression import CompressedObject
+from ._codec import compression_from_pyrevolve
 from .profiling import Profiler
 
 __all__ = ["Revolver", "Operator", "Checkpoint", "choose_l1_slots",
@@ -277,54 +276,3 @@ class _FirstStateOnce:
     def get_data_location(self, timestep: int) -> Any:
         self.forget()
         return self._checkpoint.get_data_location(timestep)
-
-
-class _PyrevolveCustom(CustomCodec):
-    """pyrevolve's custom pair, called as pyrevolve calls it: ``compressor(params, array)``
-    returning a :class:`CompressedObject` (or bytes), ``decompressor(params, CompressedObject)``
-    returning the array."""
-
-    def __init__(self, compressor: Any, decompressor: Any, params: dict[str, Any],
-                 dtype: Any) -> None:
-        super().__init__(compressor, decompressor, dtype=dtype)
-        self.params = params
-
-    def _compress(self, values: np.ndarray) -> Any:
-        packed = self.compressor(self.params, values)
-        return getattr(packed, "data", packed)
-
-    def _decompress(self, packed: np.ndarray, count: int) -> Any:
-        return self.decompressor(
-            self.params, CompressedObject(packed.tobytes(), shape=(count,), dtype=self.dtype))
-
-
-def compression_from_pyrevolve(params: dict[str, Any] | None, dtype: Any = None) -> Any:
-    """asyncckpt's ``compression=`` for pyrevolve's ``compression_params``, for states of
-    ``dtype``.
-
-    ``{"scheme": None}`` or None: none. ``"blosc"``: lossless Blosc2 (LZ4 after a byte
-    shuffle; ``chunk_size`` is not needed: each state is one frame). ``"zfp"``: zfp with the
-    ``tolerance``, ``rate`` or ``precision`` given (pyrevolve's default tolerance 1e-7 where
-    none is; ``parallel`` is ignored: the I/O threads run beside the computation). ``"custom"``:
-    ``compressor(params, array)`` and ``decompressor(params, CompressedObject)``, called with
-    the state as one 1-d array of the checkpoint's dtype, where pyrevolve calls them per array.
-    """
-    if params is None:
-        return None
-    if not isinstance(params, dict):
-        raise InvalidValueError(f"compression_params must be a dict such as {{'scheme': 'zfp', "
-                                f"'tolerance': 1e-6}}, got {params!r}")
-    rest = dict(params)
-    scheme = rest.pop("scheme", None)
-    if scheme is None:
-        return None
-    if scheme == "blosc":
-        return "lz4"
-    if scheme == "zfp":
-        bounds = {k: rest[k] for k in ("tolerance", "rate", "precision") if k in rest}
-        return {"codec": "zfp", **(bounds or {"tolerance": 1e-7})}
-    if scheme == "custom":
-        compressor, decompressor = rest.pop("compressor", None), rest.pop("decompressor", None)
-        return _PyrevolveCustom(compressor, decompressor, rest, as_dtype(dtype))
-    raise InvalidValueError(f"compression_params scheme must be None, 'blosc', 'zfp' or "
-                            f"'custom', got {scheme!r}")

@@ -1,0 +1,97 @@
+"""The transfer engine's state and how it starts, awaits and fails a transfer: the parts that
+:mod:`~asyncckpt._execution.engine_writes` and :mod:`~asyncckpt._execution.engine_reads` share
+(see :class:`~asyncckpt._execution.engine.TransferEngine`)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import TransferError
+from ..storage import Storage
+from .counters import TransferCounters
+from .bounded import BoundedCalls, Stalled
+from .engine_buffers import EngineBuffers
+from .futures import DaemonExecutor, Outcome
+from .ledger import Ledger
+from .link import HostLink, Link
+from .recovery import Recovery
+from .transfers import Transfers
+
+__all__ = ["EngineCore"]
+
+
+class EngineCore:
+    """The state of a :class:`~asyncckpt._execution.engine.TransferEngine` (its parameters are
+    documented there) and the steps every transfer takes: started on an I/O thread or inline,
+    awaited within the deadline, its failure breaking the engine."""
+
+    def __init__(self, storage: Storage, nbytes: int, *, staging_buffers: int,
+                 prefetch_buffers: int, io_threads: int, verify: bool, on_error: str = "raise",
+                 link: Link | None = None, calls: BoundedCalls | None = None) -> None:
+        self.storage = storage
+        self.nbytes = nbytes
+        self.verify = verify
+        if link is None:
+            link = HostLink()
+        self._link = link
+        self.calls = BoundedCalls(storage, 60.0) if calls is None else calls
+        #: this run's counts, read by the run's meter
+        self.counters = TransferCounters()
+        self.recovery = Recovery(on_error, repr(storage), self.counters)
+        self._transfers = Transfers(storage, link, verify, self.counters, self.recovery.enabled)
+        #: made for each run that uses Level-2 (see :class:`EngineBuffers`)
+        self.buffers = EngineBuffers(link, nbytes, staging_buffers, prefetch_buffers)
+        self._free_staging = self.buffers.free_staging
+        self._free_prefetch = self.buffers.free_prefetch
+        self._ledger = Ledger()
+        self._writes = self._ledger.writes
+        self._reads = self._ledger.reads
+        self._sizes = self._ledger.sizes
+        self._digests = self._ledger.digests
+        #: checksums of the writes that completed: the replay check's
+        self.digests = self._digests
+        # None: every transfer runs inline, through ``calls``
+        self._executor = DaemonExecutor(io_threads, "asyncckpt-io") if io_threads else None
+        self._broken: BaseException | None = None
+        self.last_submit = 0.0  # perf_counter() when the latest write was handed over
+
+    @property
+    def buffers_held(self) -> int:
+        """Staging and prefetch buffers the engine holds now (free or in use)."""
+        return self.buffers.free + len(self._writes) + len(self._reads)
+
+
+    def _start(self, what: str, key: int, transfer: Callable[..., Any], *args: Any) -> Outcome:
+        """Run ``transfer`` (the ``what`` of u_key) on an I/O thread, or inline."""
+        if self._executor is None:
+            return self.calls.submit(transfer, f"{what} of u_{key}", key, *args)
+        return self._executor.submit(transfer, key, *args)
+
+
+    def _fail(self, what: str, key: int, exc: BaseException) -> TransferError:
+        error = exc if isinstance(exc, Stalled) else TransferError(  # a stall names its call
+            f"{what} of u_{key} on Level-2 {self.storage!r} failed: {exc!r}")
+        if error is not exc:
+            error.__cause__ = exc
+        self._broken = error
+        return error
+
+
+    def _await(self, futures: list[Outcome], what: str, key: int) -> None:
+        """Wait for ``futures`` (the ``what`` of u_key) at most the deadline, else raise."""
+        try:
+            self.calls.wait(futures, f"{what} of u_{key}")
+        except Stalled as exc:
+            raise self._fail(what, key, exc)
+
+
+    def _delete(self, key: int) -> None:
+        try:
+            self._transfers.delete_within(key, self.calls)
+        except Exception as exc:
+            if not self.recovery.delete_failed(key, exc):
+                raise self._fail("delete", key, exc)
+
+
+    def _in_flight(self) -> list[Outcome]:
+        return [transfer.future for transfer in self._ledger.in_flight()]
