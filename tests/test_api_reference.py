@@ -33,6 +33,9 @@ def autosummary_entries(page: Path) -> tuple[str | None, list[str]]:
 
 @pytest.mark.parametrize("module_name", sorted(PAGES))
 def test_every_public_name_has_a_reference_entry(module_name):
+    framework = {"asyncckpt.torch": "torch", "asyncckpt.jax": "jax.numpy"}.get(module_name)
+    if framework is not None:
+        pytest.importorskip(framework)
     module = importlib.import_module(module_name)
     current, listed = autosummary_entries(API / PAGES[module_name])
     assert current == module_name, f"{PAGES[module_name]} documents {current}, not {module_name}"

@@ -6,6 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+# jax.numpy, not jax: without JAX, tests/test_asyncckpt/jax imports as a namespace "jax"
+
+pytest.importorskip("jax.numpy")
+
 jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
