@@ -263,7 +263,7 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
             codec_costs=codec_costs, slots_fixed=options.l1_slots is not None, level1=level1,
             engine=engine,
             link=link, ranks=ranks, on_host=link.device is None, compressor=compressor,
-            compress_auto=options.compress_auto)
+            compress_auto=options.compress_auto, level2_required=options.run_dir is not None)
         if memory.n_timesteps == 1:
             planner.with_interval(1)
     runs = Runs(planner, auto, engine, interpreter, meter, ranks, run, taping=options.taping,

@@ -87,7 +87,7 @@ class AutoPlanner:
                  slots_fixed: bool, level1: Level1, engine: TransferEngine, link: HostLink,
                  ranks: Ranks,
                  on_host: bool, compressor: CompressedStorage | None = None,
-                 compress_auto: bool = False) -> None:
+                 compress_auto: bool = False, level2_required: bool = False) -> None:
         self.planner = planner
         self.tuner = tuner
         self.key = key
@@ -98,6 +98,9 @@ class AutoPlanner:
         self.ranks = ranks
         self.compressor = compressor
         self.compress_auto = compress_auto and compressor is not None
+        #: a run directory's run: only plans that store states on Level-2 (they are what it
+        #: commits; Revolve in Level-1 alone would leave nothing to resume from)
+        self.level2_required = level2_required
         if self.compress_auto:
             assert compressor is not None
             compressor.compress_every = self.SAMPLE_EVERY  # until a run's plan compresses
@@ -214,7 +217,8 @@ class AutoPlanner:
         """The plans this run may take (:func:`~asyncckpt._tuning.plans.candidate_plans`)."""
         codecs = codec_choices(self.tuner, self.compressor is not None, self.compress_auto)
         return candidate_plans(self.tuner, self.planner, codecs, slots_fixed=self.slots_fixed,
-                               compress_auto=self.compress_auto)
+                               compress_auto=self.compress_auto,
+                               level2_required=self.level2_required)
 
     def _choose(self, stats: Stats) -> None:
         """Take the schedule the model predicts fastest once memory is warm, or after a first

@@ -36,11 +36,14 @@ def codec_choices(tuner: Pricing, has_codec: bool, compress_auto: bool) -> tuple
 
 
 def candidate_plans(tuner: Pricing, planner: Planner, codecs: tuple[bool, ...], *,
-                    slots_fixed: bool, compress_auto: bool) -> list[Plan]:
+                    slots_fixed: bool, compress_auto: bool,
+                    level2_required: bool = False) -> list[Plan]:
     """For each slot count, the intervals the model finds fastest with and without faults
     priced, and Revolve in the Level-1 slots alone; ``codecs``: whether each plan's states go
     through the codec (:func:`codec_choices`). Under a budget without fixed slots the slot
-    counts span the splits of the budget between slots and the DRAM tier."""
+    counts span the splits of the budget between slots and the DRAM tier.
+    ``level2_required`` (a run directory's run, which commits what Level-2 holds): plans that
+    store states on Level-2 alone, u_0 alone included."""
     budget = planner.memory.budget
     budgeted = budget is not None and not slots_fixed
     if budgeted:
@@ -58,14 +61,15 @@ def candidate_plans(tuner: Pricing, planner: Planner, codecs: tuple[bool, ...], 
                 continue
             choices, intervals = found
             # Level-1 alone moves no state through the codec: priced once
-            if planner.n_timesteps is not None and not (compressed and compress_auto):
+            if (planner.n_timesteps is not None and not (compressed and compress_auto)
+                    and not level2_required):
                 intervals.add(0)
             for interval in intervals:  # each priced once, the warm choice's baselines kept
                 plan = _priced(tuner, planner, (slots, capacities), interval, compressed,
-                               choices[0], budgeted, seen)
+                               choices[0], budgeted, seen, keep_single=level2_required)
                 if plan is not None:
                     plans.append(plan)
-    if budgeted and planner.n_timesteps is not None:
+    if budgeted and planner.n_timesteps is not None and not level2_required:
         _add_revolve_alone(tuner, planner, plans)
     if not plans:
         raise MemoryBudgetError(
@@ -100,10 +104,11 @@ def _chosen_intervals(tuner: Pricing, planner: Planner, slots: int,
 
 def _priced(tuner: Pricing, planner: Planner,
             split: tuple[int, list[int | None] | None], interval: int, compressed: bool,
-            choice: IntervalChoice, budgeted: bool,
-            seen: set[tuple[int, int, bool]]) -> Plan | None:
+            choice: IntervalChoice, budgeted: bool, seen: set[tuple[int, int, bool]], *,
+            keep_single: bool = False) -> Plan | None:
     """The plan of ``interval`` with the slots and the tiers' capacities of ``split``,
-    priced; None where it was priced before or can never be the fastest."""
+    priced; None where it was priced before or can never be the fastest (``keep_single``:
+    u_0 alone on Level-2 is kept)."""
     slots, capacities = split
     used = slots
     if budgeted and interval and not planner.adaptive:
@@ -115,7 +120,7 @@ def _priced(tuner: Pricing, planner: Planner,
     seen.add((used, interval, compressed))
     room = capacities if used == slots else planner.capacities(used)
     transfers = AsyncMultistage(tuner.n_steps, interval, used).l2_states if interval else 0
-    if budgeted and interval and transfers <= 1 and planner.n_timesteps:
+    if budgeted and interval and transfers <= 1 and planner.n_timesteps and not keep_single:
         # u_0 alone on Level-2 is Revolve in fewer slots than the budget gives Revolve in
         # Level-1 alone (priced apart): never the faster
         return None

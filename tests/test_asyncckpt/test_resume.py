@@ -294,3 +294,27 @@ def test_compat_revolver_takes_a_run_dir(tmp_path, reference):
         assert (tmp_path / "run").exists()
     assert [g.tobytes().hex() for g in gradients] == reference["gradients"]
     assert not (tmp_path / "run").exists()
+
+
+def test_auto_stores_on_level2_with_a_run_dir_where_level1_alone_prices_faster(tmp_path):
+    """A run directory commits what a run stores on Level-2: "auto" keeps to plans that store
+    some, even where Revolve in Level-1 alone is priced faster (as it is without one)."""
+    from asyncckpt._memory.buffers import padded
+    from asyncckpt.checkpoint import check_descriptor
+    from workloads import Forward, Leapfrog, Reverse, forward_reverse, store_all_reference
+
+    n = 40
+    model = Leapfrog(n)
+    reference = store_all_reference(model)
+    budget = 12 * padded(check_descriptor(model))
+    for run_dir in (None, tmp_path / "run"):
+        with AsyncCheckpointer(model, Forward(model), Reverse(model), n, memory_budget=budget,
+                               run_dir=run_dir) as ckp:
+            tiers = ckp.costs.tier_costs
+            ckp.costs = ckp.costs.replace(  # Level-2 priced ruinous
+                tf=1e-3, tb=2e-3, tcall=0.0, tf_busy=1e-3, tb_busy=2e-3, tcall_busy=0.0,
+                tx=0.0, tw=10.0, tr=10.0,
+                tier_costs=None if tiers is None else ((10.0, 10.0),) * len(tiers))
+            got = forward_reverse(model, ckp)
+            assert (ckp.stats.interval > 0) == (run_dir is not None), ckp.stats.interval
+            assert all(a.tobytes() == b.tobytes() for a, b in zip(got, reference))
