@@ -1,7 +1,7 @@
 """The one way the caller's thread calls Level-2 or waits on it: within a deadline.
 
-Every storage call the caller's thread makes (the probe, ``reserve``, recompute's retries and
-rereads, deletes, ``in``, inline transfers, ``close``) runs on a daemon thread of
+Every storage call the caller's thread makes (the probe, ``reserve``, ``room_for``, recompute's
+retries and rereads, deletes, ``in``, inline transfers, ``close``) runs on a daemon thread of
 :class:`BoundedCalls` while the caller waits at most ``transfer_timeout``; every wait for an I/O
 thread's transfer has the same deadline. Past it the caller gets :class:`Stalled` (a
 :class:`~asyncckpt.TransferError` whose ``__cause__`` is a :class:`TimeoutError`) and the
@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 #: deletes what it wrote before it abandons them
 ABANDON_S = 2.0
 #: The Storage calls a checkpointer makes
-CALLS = ("put", "adopt", "put_staged", "get", "delete", "__contains__", "reserve", "close")
+CALLS = ("put", "adopt", "put_staged", "get", "delete", "__contains__", "reserve", "room_for",
+         "close")
 #: asyncckpt's own backends whose every call is a copy within this process's memory, and their
 #: calls as shipped (a patched method is a backend of someone else's)
 _OWN: dict[type[Storage], dict[str, Any]] = {cls: {name: getattr(cls, name) for name in CALLS}

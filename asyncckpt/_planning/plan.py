@@ -3,6 +3,7 @@ them and the Level-2 room they need; and :class:`RunPlan`, the read-only view of
 ``AsyncCheckpointer.plan`` gives."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +135,7 @@ class Planner:
         def room_of(tier: Storage) -> int | None:
             if not devices or n is None:
                 return None
-            room = tier.room_for(nbytes)
+            room = self._level2(f"room_for({nbytes}) of {tier!r}", tier.room_for, nbytes)
             return room if room is not None and room < n else None
 
         if self.storage.tiers is None or known is None:
@@ -169,20 +170,25 @@ class Planner:
         if n is not None:
             l2_states = len(range(0, n, interval))
             self._check_room(interval, l2_states)
-            try:
-                self.calls.call(f"reserve of {l2_states} states", self.storage.reserve,
-                                self.memory.nbytes, l2_states)
-            except CheckpointError:
-                raise
-            except Exception as exc:  # a device's own error, named as a failure of Level-2
-                raise TransferError(f"reserve of {l2_states} states of {self.memory.nbytes} "
-                                    f"bytes on Level-2 {self.storage!r} failed: {exc!r}") from exc
+            self._level2(f"reserve of {l2_states} states of {self.memory.nbytes} bytes",
+                         self.storage.reserve, self.memory.nbytes, l2_states)
         self.interval = interval
         self._planned = interval, self.l1_slots
         # an adaptive or online run's schedule is made per run, fed by that run
         self.schedule = (None if self.adaptive or n is None
                          else AsyncMultistage(n, interval, self.l1_slots,
                                               taping=self.memory.taping))
+
+    def _level2(self, what: str, fn: Callable[..., Any], /, *args: Any) -> Any:
+        """``fn(*args)``, the Level-2 call ``what``, within the deadline (a ``room_for`` is a
+        statvfs, which a hung mount stalls as it does a write); a device's own error is named
+        as a failure of Level-2."""
+        try:
+            return self.calls.call(what, fn, *args)
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise TransferError(f"{what} on Level-2 {self.storage!r} failed: {exc!r}") from exc
 
     def _check_room(self, interval: int, l2_states: int) -> None:
         """Raise unless Level-2 holds the ``l2_states`` of ``interval``, naming the least

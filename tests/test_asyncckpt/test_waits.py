@@ -69,6 +69,10 @@ class Blocking(FaultyMemory):
         self._gate("reserve")
         super().reserve(nbytes, count)
 
+    def room_for(self, nbytes):
+        self._gate("room_for")  # a statvfs of a hung mount
+        return super().room_for(nbytes)
+
 
 @pytest.fixture
 def blocking():
@@ -84,11 +88,12 @@ def blocking():
         storage.close()
 
 
-def make(storage: Blocking, **options) -> AsyncCheckpointer:
+def make(storage: Blocking, tiered: bool = False, **options) -> AsyncCheckpointer:
+    """A checkpointer on ``storage``, where ``tiered`` the first tier before DRAM."""
     model = RecurrentCell(N)
     options = {"l1_slots": 2, "interval": 4, "transfer_timeout": TIMEOUT, **options}
-    return AsyncCheckpointer(model, Forward(model), Reverse(model), N, storage=storage,
-                             **options)
+    return AsyncCheckpointer(model, Forward(model), Reverse(model), N,
+                             storage=[storage, "dram"] if tiered else storage, **options)
 
 
 def assert_stalled(error: BaseException, started: float) -> None:
@@ -103,24 +108,29 @@ def closes_in_time(ckp: AsyncCheckpointer) -> None:
     assert time.monotonic() - start < ABANDON_S + 0.5
 
 
-@pytest.mark.parametrize("method,interval", [(method, "auto") for method in METHODS[:4]]
-                         + [("reserve", 4)])
-def test_construction(blocking, method: str, interval: int | str) -> None:
-    """The probe of Level-2 by ``interval="auto"`` (put, get, delete, ``in``), and the
-    ``reserve`` of a fixed interval, at construction."""
+@pytest.mark.parametrize("method,interval,tiered", [
+    *[(method, "auto", False) for method in METHODS[:4]],
+    *[(method, 4, tiered) for method in ("reserve", "room_for") for tiered in (False, True)]])
+def test_construction(blocking, method: str, interval: int | str, tiered: bool) -> None:
+    """The probe of Level-2 by ``interval="auto"`` (put, get, delete, ``in``), and at a fixed
+    interval the ``reserve`` and ``room_for`` (a statvfs, which the plan asks of Level-2 or of
+    each tier, and a TieredStorage of a tier to split its reserve), at construction."""
     storage = blocking(method)
     storage.arm()
     start = time.monotonic()
     with pytest.raises(CheckpointError) as info:
-        make(storage, interval=interval)
+        make(storage, tiered, interval=interval)
     assert storage.entered.is_set()
     assert_stalled(info.value, start)
 
 
-def test_reserve_of_the_first_auto_run(blocking) -> None:
-    """"auto" reserves Level-2 for the interval it picks before the first run."""
-    storage = blocking("reserve")
-    run(storage, make(storage, interval="auto"), "forward")
+@pytest.mark.parametrize("method", ["reserve", "room_for"])
+@pytest.mark.parametrize("tiered", [False, True])
+def test_reserve_of_the_first_auto_run(blocking, method: str, tiered: bool) -> None:
+    """"auto" asks Level-2 (or each tier) for its room and reserves it for the interval it
+    picks before the first run."""
+    storage = blocking(method)
+    run(storage, make(storage, tiered, interval="auto"), "forward")
 
 
 def run(storage: Blocking, ckp: AsyncCheckpointer, arm: str) -> None:
