@@ -10,6 +10,7 @@ from schedules import AsyncMultistage, EndForward, EndReverse
 from schedules.actions import Action
 from schedules.multistage import reverse_stored
 
+from ._execution.bounded import Stalled
 from ._execution.decisions import RunDecisions
 from ._execution.engine import TransferEngine
 from ._execution.interpreter import Interpreter
@@ -53,8 +54,13 @@ class Runs:
         earlier process left them, in a resumed run)."""
         planner = self.planner
         auto = self.auto
-        self.engine.sweep()  # what an earlier run's failure left on Level-2 goes first
         self.ranks.settled = False  # a failure agreed on in an earlier run is over
+        try:
+            self.engine.sweep()  # what an earlier run's failure left on Level-2 goes first
+        except Stalled as stall:
+            # raised here in one process; under MPI where the ranks agree, as a stalled
+            # transfer is: raised alone, it would leave the other ranks waiting for this one
+            self.ranks.note(stall)
         calls = self.ranks.calls
         n = planner.n_timesteps
         stats = self._fresh_stats()

@@ -13,6 +13,9 @@ Every rank owns its own part (a workload seeded by its rank) and checkpoints it 
 - ``compat``: ``asyncckpt.compat.Revolver`` without ``comm``, in a running MPI job.
 - ``counts``: a fixed interval of 5 at n = 100 and n = 10000, "adaptive" and "auto": each run's
   collective calls, and which calls the checkpointer's communicator saw.
+- ``delete-stalls``: the last rank's Level-2 delete blocks for good (a hung mount) in the
+  reverse sweep, with ``transfer_timeout=1``; each rank reports what it raised and after how
+  many seconds of the sweep.
 - ``random-failure SEED``: one rank, drawn from SEED, fails at a random step of either sweep (a
   Level-2 write or read, or its forward or reverse operator).
 """
@@ -22,6 +25,7 @@ import json
 import random
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faults import FaultyMixin  # noqa: E402
 from workloads import Forward, RecurrentCell, Reverse, store_all_reference  # noqa: E402
 
-from asyncckpt import AsyncCheckpointer, FileStorage, HostMemoryStorage  # noqa: E402
+from asyncckpt import (AsyncCheckpointer, CheckpointError, FileStorage,  # noqa: E402
+                       HostMemoryStorage)
 from asyncckpt.compat import Revolver  # noqa: E402
 
 COMM = MPI.COMM_WORLD
@@ -51,6 +56,18 @@ class SlowMemory(FaultyMixin, HostMemoryStorage):
 
 class FailingFile(FaultyMixin, FileStorage):
     pass
+
+
+class StallingDelete(HostMemoryStorage):
+    """DRAM Level-2 whose deletes block until ``release`` is set (never, in the job)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def delete(self, key: int) -> None:
+        self.release.wait()
+        super().delete(key)
 
 
 class CrashingForward(Forward):
@@ -236,6 +253,29 @@ def random_failure(root: Path, seed: int) -> dict:
             "reverse_steps": None if ckp is None else ckp.stats.reverse_steps}
 
 
+def delete_stalls(root: Path) -> dict:
+    """The last rank's deletes stall in the reverse sweep: every rank must raise, within the
+    deadline, and none may wait for the stalled one for good."""
+    model = RecurrentCell(N, seed=RANK)
+    storage = StallingDelete() if RANK == SIZE - 1 else root
+    ckp = AsyncCheckpointer(model, Forward(model), Reverse(model), N, l1_slots=3, interval=5,
+                            storage=storage, transfer_timeout=1.0, comm=COMM)
+    runs = []
+    for _ in range(2):  # the next run deletes the stale keys first: they stall again
+        start = time.monotonic()
+        error: Exception | None = None
+        try:
+            sweep(model, ckp)
+        except Exception as exc:  # noqa: BLE001 - what each rank saw is the result
+            error = exc
+        runs.append({"raised": type(error).__name__ if error else None, "message": str(error),
+                     "checkpoint_error": isinstance(error, CheckpointError),
+                     "seconds": time.monotonic() - start})
+    start = time.monotonic()
+    ckp.close()
+    return {"runs": runs, "close_s": time.monotonic() - start}
+
+
 def recompute_refused(root: Path) -> dict:
     model = RecurrentCell(N)
     try:
@@ -253,7 +293,7 @@ def main() -> None:
     else:
         result = {"plans": plans, "write-fails": write_fails, "operator-fails": operator_fails,
                   "compat": compat, "counts": counts,
-                  "recompute-refused": recompute_refused}[scenario](root)
+                  "recompute-refused": recompute_refused, "delete-stalls": delete_stalls}[scenario](root)
     print(json.dumps({"rank": RANK, "size": SIZE, **result}), flush=True)
 
 

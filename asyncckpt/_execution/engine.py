@@ -93,8 +93,16 @@ class TransferEngine(EngineReads):
 
     def sweep(self) -> None:
         """Before a run: delete what earlier runs left on Level-2 (a state whose delete failed)
-        so that it begins as a fresh checkpointer's would."""
-        self._transfers.sweep(self.calls)
+        so that it begins as a fresh checkpointer's would.
+
+        Raises
+        ------
+        Stalled
+            If a delete stalled: the device is, and the run would wait on it again.
+        """
+        stall = self._transfers.sweep(self.calls)
+        if stall is not None:
+            raise stall
 
 
     def close(self, until: float | None = None) -> None:

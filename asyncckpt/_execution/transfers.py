@@ -162,11 +162,12 @@ class Transfers:
         self.landing.update(in_flight)
         self.sweep(calls, until)
 
-    def sweep(self, calls: BoundedCalls, until: float | None = None) -> None:
+    def sweep(self, calls: BoundedCalls, until: float | None = None) -> Stalled | None:
         """Delete every stale key (before a run, and when one is abandoned), each within the
         deadline of ``calls`` (and by ``until``), so that what the next run writes finds
-        Level-2 as a fresh checkpointer's would; one whose delete fails or stalls stays stale,
-        logged, for the next sweep or write of it."""
+        Level-2 as a fresh checkpointer's would; one whose delete fails stays stale, logged,
+        for the next sweep or write of it. The first delete that stalls ends the sweep (the
+        device is stalled: one deadline in all, not one per key) and is returned."""
         for key in sorted(self.stale | self.landing):
             try:
                 self.delete_within(key, calls, until)
@@ -176,6 +177,9 @@ class Transfers:
                 self.stale.add(key)
                 log.warning("could not delete u_%d from %r (%r): it is tried again before the "
                             "next run", key, self.storage, exc)
+                if isinstance(exc, Stalled):
+                    return exc
+        return None
 
     def read(self, key: int, buffer: np.ndarray, size: int, digest: int | None,
              written: Outcome | None) -> None:

@@ -216,3 +216,22 @@ def test_a_stalled_run_is_abandoned_by_the_next(blocking) -> None:
         assert time.monotonic() - start < BOUND_S + ABANDON_S
     finally:
         closes_in_time(ckp)
+
+
+def test_the_run_after_stalled_deletes_stops_at_the_first(blocking) -> None:
+    """The reverse sweep's deletes stall: every key of the run is left stale, and the next run
+    deleted them first, each within its own deadline (10 keys: 10 s). A device that stalls
+    once is not asked again: the next run is a TransferError within one deadline."""
+    storage = blocking("delete")
+    ckp = make(storage)
+    try:
+        ckp.apply_forward()
+        storage.arm()
+        with pytest.raises(TransferError):
+            ckp.apply_reverse()
+        start = time.monotonic()
+        with pytest.raises(TransferError) as info:
+            ckp.apply_forward()
+        assert_stalled(info.value, start)
+    finally:
+        closes_in_time(ckp)

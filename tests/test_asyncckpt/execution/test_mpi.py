@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TESTS
+from conftest import ROOT, TESTS
 
 pytest.importorskip("mpi4py")
 BIN = Path(sys.executable).parent
@@ -25,8 +25,11 @@ JOB = TESTS / "mpi_job.py"
 def mpirun(ranks: int, scenario: str, root: Path, *, job: Path = JOB,
            args: list[str] | None = None, env: dict[str, str] | None = None) -> list[dict]:
     """Each rank's JSON line, by rank; a hang fails the test after 300 s."""
+    # the checkout's asyncckpt, not the one installed (the job's sys.path[0] is tests/)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **(env or {})}
+           "PYTHONPATH": path, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **(env or {})}
     command = [str(job)] + (args if args is not None else [scenario, str(root)])
     # 4 ranks on 2 cores: more ranks than cores, as a laptop or a CI runner has
     done = subprocess.run([MPIEXEC, "--oversubscribe", "-n", str(ranks), sys.executable,
@@ -159,3 +162,16 @@ def test_recompute_is_refused_under_mpi_on_every_rank_with_the_reason(tmp_path) 
     results = mpirun(2, "recompute-refused", tmp_path)
     assert [r["error"] for r in results] == ["UsageError", "UsageError"]
     assert all("under MPI (2 ranks)" in r["message"] for r in results)
+
+
+def test_a_delete_stalled_on_one_rank_is_a_checkpoint_error_on_every_rank(tmp_path) -> None:
+    """The last rank's deletes stall for good (transfer_timeout 1 s), in the reverse sweep and
+    again in the next run's deletes of what the first left: each run ends on every rank in a
+    CheckpointError within the deadline + 5 s (the stalled rank's, RankFailedError naming it
+    elsewhere), and none waits for the stalled rank for good. The next run took 15 s."""
+    results = mpirun(2, "delete-stalls", tmp_path)
+    for result in results:
+        for run in result["runs"]:
+            assert run["checkpoint_error"] and run["seconds"] < 1.0 + 5.0, (result["rank"], run)
+            assert run["raised"] == ("Stalled" if result["rank"] == 1 else "RankFailedError")
+        assert result["close_s"] < 2.5
