@@ -30,6 +30,7 @@ from ._planning.budget import MemoryPlan, check_node_holds
 from ._tuning.calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
 from ._planning.options import Options
 from ._planning.plan import Planner
+from .storage.spec import remove_directories
 from ._runs import Runs
 
 __all__ = ["Parts", "Runs", "build"]
@@ -77,6 +78,13 @@ class Parts:
                     self.release(until)
                 finally:
                     self.runs.resume.close()
+
+    def leave(self) -> None:
+        """The process exits under a run still under way on another thread: remove the
+        directories Level-2 made, where the checkpointer opened it (its files have no name
+        there, and a run directory is left as a killed process leaves it, to resume)."""
+        if self.owns_storage:
+            remove_directories(self.storage)
 
     def abandon(self) -> None:
         """Abandon the run under way: delete what it wrote, give back its Level-1 slots."""

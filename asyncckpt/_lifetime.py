@@ -24,6 +24,12 @@ class Closing:
         """From now on, close without starting a thread (see :meth:`__del__`)."""
         raise NotImplementedError
 
+    def _leave(self) -> None:
+        """At the interpreter's exit, where :meth:`close` is refused (a call runs on a daemon
+        thread, which the exit ends): leave nothing on disk that outlives the process, closing
+        nothing that call may still use."""
+        raise NotImplementedError
+
     def _opened(self) -> None:
         self._closed = False
         _OPEN.add(self)
@@ -52,5 +58,8 @@ _OPEN: weakref.WeakSet[Closing] = weakref.WeakSet()
 @atexit.register
 def _close_open() -> None:
     for resource in list(_OPEN):
-        with suppress(Exception):  # a run under way on another thread refuses close()
+        try:
             resource.close()
+        except Exception:  # noqa: BLE001 - a run under way on another thread refuses close()
+            with suppress(Exception):  # nothing to report to at exit
+                resource._leave()

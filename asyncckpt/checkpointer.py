@@ -276,6 +276,9 @@ class AsyncCheckpointer(Closing):
     def _without_threads(self) -> None:
         self._parts.calls.without_threads()
 
+    def _leave(self) -> None:
+        self._parts.leave()
+
     def __repr__(self) -> str:
         interval = self.interval if self._parts.runs.auto is None else repr(self._options.interval)
         return (f"AsyncCheckpointer(n_timesteps={self.n_timesteps}, l1_slots={self.l1_slots}, "

@@ -98,6 +98,9 @@ class DurableFileStorage(FileStorage):
             self._free = sorted(set(range(self._n_records)) - slots, reverse=True)
             self._backed = max(self._backed, size)
 
+    def remove_directories(self) -> None:
+        """Nothing: the run directory's removal is the run's to decide."""
+
     def _cleanup(self) -> None:
         # the file stays, with its name, for a later process: never kept for another backend
         fds = [fd for fd in (self._fd, self._direct_fd) if fd >= 0]

@@ -244,6 +244,13 @@ class FileRecords(Storage):
         self._remove_made_root()
 
 
+    def remove_directories(self) -> None:
+        """Remove the directories made for ``path`` where empty, as :meth:`close` does, and
+        nothing else: at the interpreter's exit, while a call on a thread the exit ends still
+        uses the file (which has no name there, and goes with the process)."""
+        self._remove_made_root()
+
+
     def _remove_made_root(self) -> None:
         if self._made_root is not None:
             remove_made(self.path, self._made_root)

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._memory.numa import check_node
 from ..errors import InvalidTypeError, InvalidValueError
-from .base import Storage
+from .base import Storage, WrapperStorage
 from .compressed import CompressedStorage
 from .files import FileStorage
 from .memory import HostMemoryStorage, PinnedMemoryStorage
@@ -214,6 +214,17 @@ def tiers_of(storage: Storage) -> list[Storage]:
     """The backends ``storage`` places states on, fastest first (itself, for one device)."""
     tiers = storage.tiers
     return [storage] if tiers is None else list(tiers)
+
+
+def remove_directories(storage: Storage) -> None:
+    """Remove the directories the files of ``storage`` (each tier's, within wrappers) were
+    given where missing, each once empty, touching nothing a call may still use: their files
+    have no name there (see :meth:`FileStorage.remove_directories`)."""
+    for tier in tiers_of(storage):
+        while isinstance(tier, WrapperStorage):
+            tier = tier.inner
+        if isinstance(tier, FileStorage):
+            tier.remove_directories()
 
 
 def memory_tier(storage: Storage) -> int | None:
