@@ -23,8 +23,7 @@ from ._execution.resumable import ResumableEngine
 from ._execution.identity import identity_of
 from ._execution.resume import NoRunDir, RunDir
 from .errors import UsageError
-from .storage import (CompressedStorage, Storage, level2_spec, names_host_memory,
-                       open_level2)
+from .storage import CompressedStorage, Storage, in_host_memory, level2_spec, open_level2
 from ._tuning.auto import AutoPlanner
 from ._planning.budget import MemoryPlan, check_node_holds
 from ._tuning.calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
@@ -137,8 +136,9 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         link, first, transfers = link_for(checkpoint, nbytes, dtype, options.transfers,
                                           options.l1_node)
         level1 = Level1(nbytes, link)
+        # host memory however given is the default bound's; a run directory's is the run's
         memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks,
-                                 default_storage=names_host_memory(storage))
+                                 default_storage=run.storage is None and in_host_memory(storage))
         slots, in_level1 = memory.split(options.l1_slots, options.interval)
         if in_level1 and isinstance(run, RunDir):
             raise _without_level2(options, run, slots)

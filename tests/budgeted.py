@@ -10,12 +10,45 @@ import sys
 from conftest import ROOT
 
 _RUN = """
-import json, sys
+import json, os, stat, sys, threading, time
 import numpy as np
+import psutil
+import asyncckpt.storage
 from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
 from experiments.lstm.worker import peak_rss_bytes, reset_peak_rss
 
 n, nbytes, options = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+if "storage_code" in options:  # a backend built by the caller's own code
+    options["storage"] = eval(options.pop("storage_code"), vars(asyncckpt.storage))
+RAM = {os.stat(p.mountpoint).st_dev for p in psutil.disk_partitions(all=True)
+       if p.fstype in ("tmpfs", "ramfs") and os.path.isdir(p.mountpoint)}
+tmpfs_peak, held_peak, sampling = 0, 0, True
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+def ram_file_bytes():
+    # bytes of RAM-backed files this process holds open (its own nameless files)
+    seen = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            st = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_dev in RAM:
+            seen[st.st_dev, st.st_ino] = st.st_blocks * 512
+    return sum(seen.values())
+
+def sample():
+    # resident memory and RAM-backed files at the same moment, every millisecond
+    global tmpfs_peak, held_peak
+    while sampling:
+        with open("/proc/self/statm") as statm:
+            resident = int(statm.read().split()[1]) * PAGE
+        files = ram_file_bytes()
+        tmpfs_peak, held_peak = max(tmpfs_peak, files), max(held_peak, resident + files)
+        time.sleep(0.001)
+
+sampler = threading.Thread(target=sample, daemon=True)
+sampler.start()
 state = np.zeros(nbytes // 8)
 adjoint, scratch = np.zeros_like(state), np.zeros_like(state)
 for array in (state, adjoint, scratch):
@@ -38,17 +71,23 @@ with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, **opti
     ckp.apply_reverse()
     tiers = [type(tier).__name__ for tier in ckp.storage.tiers or [ckp.storage]]
     writes = getattr(ckp.storage, "writes", None)
-print(json.dumps({"base": base, "peak": peak_rss_bytes(), "tiers": tiers, "writes": writes,
-                  "adjoint": float(adjoint.sum())}))
+peak = peak_rss_bytes()
+sampling = False
+sampler.join()
+print(json.dumps({"base": base, "peak": peak, "tmpfs_peak": tmpfs_peak,
+                  "held_peak": held_peak, "tiers": tiers,
+                  "writes": writes, "adjoint": float(adjoint.sum())}))
 """
 
 
 def run_in_process(n: int, nbytes: int, env: dict | None = None,
                    **options) -> subprocess.CompletedProcess:
     """A run of ``n`` states of ``nbytes`` bytes in a fresh process, with ``options`` for the
-    checkpointer and ``env`` added to its environment; its last line of stdout is a JSON
-    report of the base and peak resident bytes, the Level-2 tiers, their writes and the
-    adjoint."""
+    checkpointer and ``env`` added to its environment (``storage_code``: Python code, run in
+    the namespace of :mod:`asyncckpt.storage`, that builds the ``storage=`` backend); its last
+    line of stdout is a JSON report of the base and peak resident bytes, the peak bytes of
+    RAM-backed files the process held open and of those and its resident memory together
+    (sampled every millisecond), the Level-2 tiers, their writes and the adjoint."""
     return subprocess.run([sys.executable, "-c", _RUN, str(n), str(nbytes),
                            json.dumps(options)], capture_output=True, text=True, cwd=ROOT,
                           timeout=300, env={**os.environ, **(env or {})})

@@ -1,7 +1,8 @@
 """Runs a schedule's actions on the user's operators, the Level-1 slots and the transfer engine.
 
 The interpreter never invents an order of work: what :func:`schedules.simulate` validates and
-the model prices is what runs.
+the model prices is what runs, but for the forward sweep's last call, which the replay check
+may make two (:meth:`~.replay.ReplayCheck.splits`).
 """
 from __future__ import annotations
 
@@ -159,6 +160,7 @@ class Interpreter:
         to ``trace`` when given."""
         engine, level1, group, replay = self.engine, self.level1, self.group, self.replay
         fwd, rev = self.fwd_operator, self.rev_operator
+        # the reverse sweep compares recomputed states; the forward one may split a call
         replaying = until is EndReverse and replay.enabled
         timer = self.link.timer(stats, fit)
         begin_call, end_call = timer.begin, timer.end
@@ -169,10 +171,16 @@ class Interpreter:
                 case Advance(start=begin, end=end):
                     if self.in_place.left > 0:
                         self.in_place.advancing(self._known, self._known_step, begin, end)
-                    mark = begin_call()
-                    fwd.apply(t_start=begin, t_end=end)
-                    end_call(mark, end - begin, begin)
-                    stats.forward_steps += end - begin
+                    # every rank makes the same calls: only the checksum is the rank's own
+                    split = None if replaying else replay.splits(begin, end)
+                    for start, stop in ((begin, end),) if split is None else (
+                            (begin, split), (split, end)):
+                        mark = begin_call()
+                        fwd.apply(t_start=start, t_end=stop)
+                        end_call(mark, stop - start, start)
+                        stats.forward_steps += stop - start
+                        if stop == split and self._steady and group.failure is None:
+                            replay.witness(split, self._known)
                     # u_end's arrays are the last answer's; a rank whose failure waits for
                     # the ranks to agree runs on from states it may not have loaded
                     if replaying and self._steady and group.failure is None:

@@ -162,8 +162,8 @@ class MemoryPlan:
         """The plan for states of ``nbytes`` bytes under a checkpointer's ``options`` (an
         :class:`~asyncckpt._planning.options.Options`); with an MPI job's ``ranks`` every budget
         is the least of the ranks', so that all run one plan. ``default_storage``: Level-2 is in
-        host DRAM by name (``storage=None``, ``"dram"``, or tiers with it), which without a
-        budget :func:`default_bound` bounds where a run could reach it."""
+        host memory, wholly or a tier of it (see :func:`~asyncckpt.storage.in_host_memory`),
+        which without a budget :func:`default_bound` bounds where a run could reach it."""
         memory_budget, host_memory_budget = options.memory_budget, options.host_memory_budget
         buffers = engine_buffers(options.staging_buffers, options.io_threads,
                                  options.codec is not None)

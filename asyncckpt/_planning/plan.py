@@ -170,6 +170,7 @@ class Planner:
         if n is not None:
             l2_states = len(range(0, n, interval))
             self._check_room(interval, l2_states)
+            self._pool_beside_ram_tier()
             self._level2(f"reserve of {l2_states} states of {self.memory.nbytes} bytes",
                          self.storage.reserve, self.memory.nbytes, l2_states)
         self.interval = interval
@@ -189,6 +190,19 @@ class Planner:
             raise
         except Exception as exc:
             raise TransferError(f"{what} on Level-2 {self.storage!r} failed: {exc!r}") from exc
+
+    def _pool_beside_ram_tier(self) -> None:
+        """Before Level-2 reserves room in a tier in RAM that draws nothing from the pool (a
+        file on tmpfs, which its reserve backs at once), let the pool keep no more than the
+        bound leaves beside that room, the slots and the engine's buffers: the buffers the
+        probes left there would otherwise be held beside the file until the run begins."""
+        bound = self.memory.bound_buffers
+        if (bound is None or self.dram is None or not self.memory.on_host
+                or tiers_of(self.storage)[self.dram].draws_from_pool):
+            return
+        beside = (self.memory.dram_states(self.l1_slots) + self.l1_slots
+                  + self.memory.engine_buffers)
+        POOL.keep_at_most(self.memory.nbytes, max(0, bound - beside))
 
     def _check_room(self, interval: int, l2_states: int) -> None:
         """Raise unless Level-2 holds the ``l2_states`` of ``interval``, naming the least

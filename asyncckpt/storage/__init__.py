@@ -14,8 +14,8 @@ from .base import Storage, WrapperStorage
 from .compressed import CompressedStorage, CompressionCounters
 from .files import FileStorage, release_files
 from .memory import HostMemoryStorage, PinnedMemoryStorage, release_memory
-from .spec import (from_config, level2_spec, memory_tier, names_host_memory, open_level2,
-                   open_storage, per_rank, tiers_of)
+from .spec import (from_config, in_host_memory, level2_spec, memory_tier, names_host_memory,
+                   open_level2, open_storage, per_rank, tiers_of)
 from .tiered import TieredStorage
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "from_config",
     "level2_spec",
     "memory_tier",
+    "in_host_memory",
     "names_host_memory",
     "open_level2",
     "open_storage",

@@ -38,8 +38,8 @@ class Storage(abc.ABC):
     :meth:`put_staged`, which calls ``adopt`` only where no ``put`` overrides it from below.
 
     What the runtime needs to know of a backend it asks of these capabilities, never of its
-    class, each with a default here: :attr:`holds_process_memory`, :attr:`nbytes_held`,
-    :meth:`spares`, :meth:`shed`, :attr:`fresh_s`, :attr:`compression`, and for a backend of
+    class, each with a default here: :attr:`holds_process_memory`, :attr:`draws_from_pool`,
+    :attr:`nbytes_held`, :meth:`spares`, :meth:`shed`, :attr:`fresh_s`, :attr:`compression`, and for a backend of
     several tiers :attr:`tiers`, :attr:`capacities`, :meth:`set_byte_limit`, :meth:`counters`
     and :meth:`reset_counters`.
     """
@@ -49,6 +49,13 @@ class Storage(abc.ABC):
         """Whether stored states occupy this process's memory (host DRAM, pinned memory): a
         memory budget then counts them, and bounds the backend as a tier of its own (default
         False)."""
+        return False
+
+    @property
+    def draws_from_pool(self) -> bool:
+        """Whether the buffers of stored states come from the process's pool of kept buffers
+        (and go back to it): the buffers the pool keeps are then this backend's room, not
+        memory beside it, as they are beside a file in RAM (default False)."""
         return False
 
     @property
@@ -232,6 +239,10 @@ class WrapperStorage(Storage):
     @property
     def holds_process_memory(self) -> bool:
         return self.inner.holds_process_memory
+
+    @property
+    def draws_from_pool(self) -> bool:
+        return self.inner.draws_from_pool
 
     @property
     def fresh_s(self) -> float:

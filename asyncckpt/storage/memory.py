@@ -39,6 +39,7 @@ class HostMemoryStorage(Storage):
     """
 
     holds_process_memory = True
+    draws_from_pool = True
     fresh_s = 0.0
 
     def __init__(self, node: int | None = None) -> None:

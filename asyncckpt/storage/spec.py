@@ -15,11 +15,12 @@ from ..errors import InvalidTypeError, InvalidValueError
 from .base import Storage, WrapperStorage
 from .compressed import CompressedStorage
 from .files import FileStorage
+from .kept import ram_backed
 from .memory import HostMemoryStorage, PinnedMemoryStorage
 from .tiered import TieredStorage
 
-__all__ = ["from_config", "level2_spec", "names_host_memory", "open_level2", "open_storage",
-           "per_rank"]
+__all__ = ["from_config", "in_host_memory", "level2_spec", "names_host_memory", "open_level2",
+           "open_storage", "per_rank"]
 
 
 def _backends() -> dict[str, type[Storage]]:
@@ -168,6 +169,24 @@ def per_rank(storage: Any, rank: int) -> Any:
     return storage
 
 
+def _holds_memory(spec: Any) -> bool:
+    """Whether one tier's spec keeps states in host memory: by name, a backend that holds
+    process memory, or a directory on a RAM-backed filesystem."""
+    if isinstance(spec, Storage):
+        return spec.holds_process_memory
+    if isinstance(spec, (str, os.PathLike)) and not _in_memory(spec):
+        return ram_backed(os.path.realpath(level2_path(spec)))
+    return _in_memory(spec)
+
+
+def _only_memory(spec: Any) -> bool:
+    """Whether every tier of one spec keeps states in host memory (a tiered backend's
+    every tier)."""
+    if isinstance(spec, Storage) and spec.tiers is not None:
+        return all(_holds_memory(tier) for tier in spec.tiers)
+    return _holds_memory(spec)
+
+
 def _in_memory(spec: Any) -> bool:
     """Whether one tier's spec is host memory by name: None, "dram" or "numa:N" (any case)."""
     return (spec is None or (isinstance(spec, str) and spec.strip().lower() == "dram")
@@ -182,14 +201,25 @@ def names_host_memory(storage: Any) -> bool:
     return _in_memory(storage)
 
 
+def in_host_memory(storage: Any) -> bool:
+    """Whether ``storage=`` puts Level-2, or a tier of it, in host memory: by name (see
+    :func:`names_host_memory`), a backend that holds this process's memory (a
+    ``HostMemoryStorage`` built by the user, alone or as a tier), or a directory on a
+    RAM-backed filesystem (tmpfs, ramfs): what the default bound covers where no budget is
+    given."""
+    if isinstance(storage, (list, tuple)):
+        return any(_holds_memory(spec) for spec in storage)
+    return _holds_memory(storage)
+
+
 def level2_spec(storage: Any, bounded: bool, *, by_default: bool = False) -> Any:
     """``storage=`` as given, or where a memory budget bounds Level-2 and none is given, host
     DRAM up to the budget and the temporary directory beyond it. ``by_default``: the bound is
-    the default one (no budget was given), and host memory named alone (``"dram"``,
-    ``"numa:N"``: the first such tier kept) spills there too: the user asked for no limit,
-    the default bound sets one."""
+    the default one (no budget was given), and host memory alone (``"dram"``, ``"numa:N"``,
+    a backend in memory, a tmpfs directory, or tiers of them only: the first kept) spills
+    there too: the user asked for no limit, the default bound sets one."""
     tiers = list(storage) if isinstance(storage, (list, tuple)) else [storage]
-    alone = bool(tiers) and all(_in_memory(spec) for spec in tiers)
+    alone = bool(tiers) and all(_only_memory(spec) for spec in tiers)
     if bounded and (storage is None or (by_default and alone)):
         return ["dram" if tiers[0] is None else tiers[0], tempfile.gettempdir()]
     return storage

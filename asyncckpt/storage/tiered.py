@@ -99,6 +99,11 @@ class TieredStorage(Storage):
         return any(t.holds_process_memory for t in self._tiers)
 
     @property
+    def draws_from_pool(self) -> bool:
+        """Whether any tier draws its buffers from the process's pool."""
+        return any(t.draws_from_pool for t in self._tiers)
+
+    @property
     def nbytes_held(self) -> int:
         """Bytes of process memory the tiers hold (see :attr:`Storage.nbytes_held`)."""
         return sum(t.nbytes_held for t in self._tiers)

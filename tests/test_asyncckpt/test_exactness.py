@@ -5,7 +5,6 @@ arrays, hidden state) is caught before a gradient returns."""
 from __future__ import annotations
 
 import errno
-import re
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,9 @@ from asyncckpt import (ArrayCheckpoint, AsyncCheckpointer, FileStorage, HostMemo
                        TieredStorage, TransferError)
 from asyncckpt.errors import InvalidTypeError, InvalidValueError, UsageError
 from asyncckpt.compat import Revolver
-from workloads import Forward, RecurrentCell, Trace, Reverse, forward_reverse, store_all_reference
+from schedules import Advance, EndForward
+from workloads import (Forward, Leapfrog, RecurrentCell, Trace, Reverse, forward_reverse,
+                       store_all_reference)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -218,17 +219,59 @@ def test_an_operator_that_rebinds_one_array_of_the_state_is_caught_before_a_grad
     fwd.updates_in_place = rebind_from > 0  # as the torch and JAX adapters declare
     with AsyncCheckpointer(model, fwd, Reverse(model), N, l1_slots=SLOTS,
                            interval=interval) as ckp:
-        try:
-            got = forward_reverse(model, ckp)
-        except UsageError as caught:
-            assert re.search("do not replay|exactly as they were", str(caught)), caught
-            return
-        # "adaptive" stretches its intervals while writes are slow (a loaded machine): a run
-        # of one interval recomputes no stored state, and nothing is compared there
-        # (docs/reliability.md says so)
-        assert interval == "adaptive" and len(ckp.stats.interval_starts) == 1, (
-            f"a wrong gradient with no error: {got}")
-        pytest.skip("adaptive ran one interval: no recomputed state to compare")
+        # "adaptive" may stretch its intervals to one (a loaded machine): u_{n-1} is
+        # compared there
+        with pytest.raises(UsageError, match="do not replay|exactly as they were"):
+            forward_reverse(model, ckp)
+
+
+#: plans whose reverse sweep recomputes no state the forward sweep stored, with the steps
+#: from which the operator rebinds: a run of one interval, the last interval of several
+#: (36 to 39 with interval 4) and Revolve in Level-1 alone
+UNSTORED = [(N, 0), (N, 25), (N, 38), (4, 37), (4, 39), (0, 0), (0, 25), (0, 39)]
+
+
+@pytest.mark.parametrize("arrays", [2, 3])
+@pytest.mark.parametrize("interval, rebind_from", UNSTORED)
+def test_a_rebound_array_is_caught_where_the_reverse_recomputes_no_stored_state(
+        arrays: int, interval: int, rebind_from: int) -> None:
+    """The forward sweep checksums u_{n-1} between two calls of its last advance, and the
+    reverse sweep compares its recomputation of u_{n-1} with it: a rebound array is a
+    UsageError in one-interval runs, the last interval and Level-1 alone too (each gave a
+    wrong gradient and no error)."""
+    model = Rebinding(N, arrays, rebind_from)
+    fwd = Forward(model)
+    fwd.updates_in_place = True  # the in-place watch off: the replay check alone
+    with AsyncCheckpointer(model, fwd, Reverse(model), N, l1_slots=SLOTS,
+                           interval=interval) as ckp:
+        with pytest.raises(UsageError, match="do not replay"):
+            forward_reverse(model, ckp)
+        assert ckp._parts.interpreter.replay.compared == 1
+
+
+@pytest.mark.parametrize("interval", [N, 4, 0])
+@pytest.mark.parametrize("taping", [True, False])
+def test_the_last_advance_is_split_only_with_taping(interval: int, taping: bool) -> None:
+    """The check costs one more forward call per run (u_{n-1} between two calls of the last
+    advance) and one checksum in each sweep, with the exact gradient; a run without taping
+    (Leapfrog's) recomputes no state the forward sweep went through between its calls, and
+    is called as its schedule says."""
+    model = Rebinding(N, 2, None) if taping else Leapfrog(N)
+    reference = store_all_reference(model)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), N, l1_slots=SLOTS,
+                           interval=interval, taping=taping, keep_trace=True) as ckp:
+        got = forward_reverse(model, ckp)
+        compared = ckp._parts.interpreter.replay.compared
+        actions = ckp.trace
+    for mine, want in zip(got, reference):
+        assert mine.tobytes() == want.tobytes()
+    calls = [("fwd", a.start, a.end) for a in actions if isinstance(a, Advance)]
+    last = sum(isinstance(a, Advance) for a in actions[:actions.index(EndForward())]) - 1
+    if taping:  # the forward sweep's last call, made two
+        calls[last:last + 1] = [("fwd", calls[last][1], N - 1), ("fwd", N - 1, N)]
+    assert [call for call in model.trace.calls if call[0] == "fwd"] == calls
+    # with taping, the starts of the intervals but the first, and u_{n-1}
+    assert compared == (0 if not taping else 1 if interval in (N, 0) else N // interval)
 
 
 @pytest.mark.parametrize("arrays", [2, 3])
@@ -246,4 +289,4 @@ def test_a_state_with_an_array_that_never_changes_is_exact_and_not_refused(
             got = forward_reverse(model, ckp)
             for mine, want in zip(got, reference):
                 assert mine.tobytes() == want.tobytes()
-        assert ckp.stats.interval == 0 or ckp._parts.interpreter.replay.compared > 0
+        assert ckp._parts.interpreter.replay.compared > 0  # Level-1 alone too

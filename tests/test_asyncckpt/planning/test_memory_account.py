@@ -3,7 +3,9 @@ charges, whatever the state size, interval, tiers, slots or staging buffers aske
 Each run is a fresh process whose peak resident memory is measured from a reset."""
 from __future__ import annotations
 
+import functools
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,72 @@ def test_dram_named_without_a_budget_is_bounded_by_the_default(interval: int | s
     growth_within(report, bound)
     assert report["tiers"] == ["HostMemoryStorage", "FileStorage"], report
     assert report["writes"][1] > 0, report  # it did spill
+
+
+def held_within(report: dict, bound: int) -> None:
+    """Assert the run's peak resident growth, and its resident memory and RAM-backed files
+    together at any moment sampled, grew by at most ``bound`` + 1% + 4 MiB."""
+    growth_within(report, bound)
+    held = report["held_peak"] - report["base"]
+    assert held <= bound * 1.01 + 4 * MiB, (held / MiB, report["tmpfs_peak"] / MiB, report)
+
+
+def _host_memory_you_build(case: str, ram: Path, disk: Path) -> dict:
+    """``storage=`` (or the code that builds it in the child) for each kind of host memory a
+    user gives: a backend of their own, alone or as a tier, or a directory on tmpfs."""
+    return {
+        "HostMemoryStorage": {"storage_code": "HostMemoryStorage()"},
+        "tiers you build": {"storage_code": f"TieredStorage([HostMemoryStorage(), "
+                                            f"FileStorage({str(disk)!r})])"},
+        "tmpfs": {"storage": str(ram)},
+        "tmpfs+disk": {"storage": [str(ram), str(disk)]},
+    }[case]
+
+
+CASES = ["HostMemoryStorage", "tiers you build", "tmpfs", "tmpfs+disk"]
+
+
+@pytest.mark.parametrize("interval", [1, "auto"])
+@pytest.mark.parametrize("case", CASES)
+def test_host_memory_you_build_is_bounded_by_the_default(case: str, interval: int | str,
+                                                         shm_dir: Path, disk_dir: Path) -> None:
+    """A ``HostMemoryStorage`` built by the user (alone or as a tier) and a directory on tmpfs,
+    given without memory_budget, are the default bound's as ``"dram"`` is: 200 states of
+    2 MiB under a 24 MiB bound keep resident growth and tmpfs together within it, the rest
+    going to the next tier or the temporary directory, with the adjoint of a run on disk
+    (before, they held every state: about 400 MiB)."""
+    bound = 24 * MiB
+    env = {"ASYNCCKPT_MEMORY_BUDGET": str(bound), "TMPDIR": str(disk_dir)}
+    report = accounted_run(200, 2 * MiB, env, l1_slots=2, interval=interval,
+                           **_host_memory_you_build(case, shm_dir, disk_dir))
+    held_within(report, bound)
+    assert report["adjoint"] == adjoint_on_disk(interval), report
+
+
+@functools.cache
+def adjoint_on_disk(interval: int | str) -> float:
+    """The adjoint of the runs above with Level-2 on the disk alone."""
+    report = accounted_run(200, 2 * MiB, l1_slots=2, interval=interval,
+                           storage=tempfile.gettempdir())
+    assert "error" not in report, report
+    return report["adjoint"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_host_memory_you_build_counts_inside_a_budget(case: str, shm_dir: Path,
+                                                      disk_dir: Path) -> None:
+    """With memory_budget given, the same Level-2 counts inside it: where it has a disk
+    tier the states beyond go there; alone, an interval whose states do not fit is refused
+    naming the budget, and "auto" plans within it."""
+    budget = 24 * MiB
+    storage = _host_memory_you_build(case, shm_dir, disk_dir)
+    spills = case in ("tiers you build", "tmpfs+disk")
+    report = accounted_run(200, 2 * MiB, {"TMPDIR": str(disk_dir)}, l1_slots=2, interval=1,
+                           memory_budget=budget, **storage)
+    if spills:
+        held_within(report, budget)
+    else:
+        assert "MemoryBudgetError" in report.get("error", ""), report
+        assert f"memory_budget={budget}" in report["error"], report
+    held_within(accounted_run(200, 2 * MiB, {"TMPDIR": str(disk_dir)}, interval="auto",
+                              memory_budget=budget, **storage), budget)
