@@ -7,13 +7,14 @@ from ._execution.ranks import world_if_running
 from ._memory.buffers import padded
 from ._memory.numa import check_node
 from ._planning.budget import (DEFAULT_STAGING_BUFFERS, MEMORY_SHARE, available_memory,
-                               default_bound, engine_buffers)
+                               codec_threads, default_bound, engine_buffers)
 from ._planning.options import (check_choice, check_int, check_operator, environment,
                                 parse_bytes, parse_flag, parse_interval)
 from .errors import InvalidValueError, MemoryBudgetError
 
 __all__ = ["DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "available_memory", "check_choice",
-           "check_int", "check_node", "check_operator", "choose_l1_slots", "default_budget",
+           "check_int", "check_node", "check_operator", "choose_l1_slots", "codec_threads",
+           "default_budget",
            "engine_buffers", "environment", "parse_bytes", "parse_flag", "parse_interval",
            "scan_length", "state_bytes", "world_if_running"]
 

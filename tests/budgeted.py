@@ -1,5 +1,6 @@
 """A checkpointer's run in a process of its own, its peak resident memory measured from a
-reset once the caller's own arrays are resident: what the budget tests hold against a bound."""
+reset once the caller's own arrays (and the modules asked for) are resident: what the budget
+tests hold against a bound."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import sys
 from conftest import ROOT
 
 _RUN = """
-import json, os, stat, sys, threading, time
+import importlib, json, os, stat, sys, threading, time
 import numpy as np
 import psutil
 import asyncckpt.storage
@@ -18,6 +19,9 @@ from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
 from experiments.lstm.worker import peak_rss_bytes, reset_peak_rss
 
 n, nbytes, options = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+workload, modules, runs = sys.argv[4], json.loads(sys.argv[5]), int(sys.argv[6])
+for module in modules:  # a library's import is code, not state the runtime holds
+    importlib.import_module(module)
 if "storage_code" in options:  # a backend built by the caller's own code
     options["storage"] = eval(options.pop("storage_code"), vars(asyncckpt.storage))
 RAM = {os.stat(p.mountpoint).st_dev for p in psutil.disk_partitions(all=True)
@@ -53,12 +57,19 @@ state = np.zeros(nbytes // 8)
 adjoint, scratch = np.zeros_like(state), np.zeros_like(state)
 for array in (state, adjoint, scratch):
     array.fill(0.0)  # the caller's own arrays resident before the base: not the runtime's
+if workload == "logistic":  # chaotic: states a codec cannot shrink much
+    state[:] = np.random.default_rng(0).uniform(0.1, 0.9, state.size)
 
 class Forward:
     def apply(self, *, t_start, t_end):
         for _ in range(t_start, t_end):
-            np.sin(state, out=state)
-            np.add(state, 1.0, out=state)
+            if workload == "logistic":  # x = 3.9 x (1 - x)
+                np.subtract(1.0, state, out=scratch)
+                np.multiply(state, scratch, out=state)
+                np.multiply(state, 3.9, out=state)
+            else:
+                np.sin(state, out=state)
+                np.add(state, 1.0, out=state)
 
 class Reverse:
     def apply(self, *, t_start, t_end):
@@ -67,8 +78,9 @@ class Reverse:
 reset_peak_rss()  # from what the process holds now, not from the imports' transient peak
 base = peak_rss_bytes()
 with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, **options) as ckp:
-    ckp.apply_forward()
-    ckp.apply_reverse()
+    for _ in range(runs):
+        ckp.apply_forward()
+        ckp.apply_reverse()
     tiers = [type(tier).__name__ for tier in ckp.storage.tiers or [ckp.storage]]
     writes = getattr(ckp.storage, "writes", None)
 peak = peak_rss_bytes()
@@ -80,14 +92,21 @@ print(json.dumps({"base": base, "peak": peak, "tmpfs_peak": tmpfs_peak,
 """
 
 
-def run_in_process(n: int, nbytes: int, env: dict | None = None,
+def run_in_process(n: int, nbytes: int, env: dict | None = None, *, workload: str = "sine",
+                   imported: tuple[str, ...] = (), runs: int = 1,
                    **options) -> subprocess.CompletedProcess:
     """A run of ``n`` states of ``nbytes`` bytes in a fresh process, with ``options`` for the
     checkpointer and ``env`` added to its environment (``storage_code``: Python code, run in
     the namespace of :mod:`asyncckpt.storage`, that builds the ``storage=`` backend); its last
     line of stdout is a JSON report of the base and peak resident bytes, the peak bytes of
     RAM-backed files the process held open and of those and its resident memory together
-    (sampled every millisecond), the Level-2 tiers, their writes and the adjoint."""
+    (sampled every millisecond), the Level-2 tiers, their writes and the adjoint.
+    ``workload``: "sine" (x = sin x + 1, smooth) or "logistic" (x = 3.9 x (1 - x)
+    from random values, chaotic: states that do not compress well); ``imported``: modules
+    imported before the base (a codec's library); ``runs``: forward and reverse sweeps of the
+    one checkpointer (whose plan "auto" may revise between them)."""
     return subprocess.run([sys.executable, "-c", _RUN, str(n), str(nbytes),
-                           json.dumps(options)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300, env={**os.environ, **(env or {})})
+                           json.dumps(options), workload, json.dumps(list(imported)),
+                           str(runs)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, **(env or {})})

@@ -80,17 +80,28 @@ class MemoryPool:
                 self._by_size.setdefault((node, buffer.nbytes), []).append(buffer)
                 self._held += buffer.nbytes
 
-    def keep_at_most(self, nbytes: int, count: int) -> None:
-        """Let kept buffers for ``nbytes`` go until at most ``count`` are left: what a
-        budgeted checkpointer cannot use beside the buffers it holds is not to stay resident
-        on its account."""
+    def keep_at_most(self, nbytes: int, count: int, taking: int = 0) -> None:
+        """Let kept buffers for states of ``nbytes`` go (of that size or smaller: a codec's
+        compressed states) until at most ``count`` states' bytes are left, and beside them
+        ``taking`` buffers of a state's size about to be taken (by new Level-1 slots), the
+        largest kept first: what a budgeted checkpointer cannot use beside the buffers it holds
+        is not to stay resident on its account."""
+        size = padded(nbytes)
+        room, spare = count * size, taking * size
+        let_go = False
         with self._lock:
-            sizes = dict.fromkeys((nbytes, padded(nbytes)))
-            for key in [key for key in self._by_size if key[1] in sizes]:  # every node's
-                kept = self._by_size[key]
-                while len(kept) > count:
+            for key in sorted((key for key in self._by_size if key[1] <= size),  # every node's
+                              key=lambda key: -key[1]):
+                kept, extra = self._by_size[key], spare if key[1] == size else 0
+                while kept and len(kept) * key[1] > room + extra:
                     self._held -= kept.pop().nbytes
-                count -= len(kept)
+                    let_go = True
+                held = len(kept) * key[1]
+                taken = min(held, extra)
+                spare -= taken
+                room -= held - taken
+        if let_go:
+            trim_heap()  # buffers under a huge page come from the C heap, which keeps them
 
     def release(self) -> int:
         """Let every kept buffer go, back to the operating system; return the bytes

@@ -8,17 +8,17 @@ from typing import Any
 
 import psutil
 
-from schedules import AsyncMultistage
-
 from .._execution.device_link import DIGEST_WORD_BYTES
 from .._memory.buffers import padded
 from .._memory.numa import node_memory
 from .._memory.pool import POOL
-from ..errors import InvalidValueError, MemoryBudgetError
+from ..errors import CheckpointError, InvalidValueError, MemoryBudgetError
 from .options import environment, parse_bytes
+from .transfer_buffers import (DEFAULT_STAGING_BUFFERS, codec_buffers, codec_threads,
+                               engine_buffers)
 
 __all__ = ["Budget", "DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "MemoryPlan", "available_memory",
-           "check_node_holds", "default_bound", "engine_buffers", "slot_candidates"]
+           "check_node_holds", "codec_buffers", "codec_threads", "default_bound", "engine_buffers", "slot_candidates"]
 
 #: Share of the available memory a checkpointer keeps in host memory where no budget is given.
 MEMORY_SHARE = 0.25
@@ -75,14 +75,17 @@ class Budget:
     nbytes: int
     state_nbytes: int
     engine_buffers: int
-    #: bytes of the budget that hold no state (on a device, the engine buffers' digest words)
+    #: bytes of the budget that hold no state (on the host what a codec's threads keep, on a
+    #: device the engine buffers' digest words)
     reserved: int = 0
 
     def __post_init__(self) -> None:
         if self.buffers < 1:
+            beside = f" beside {self.reserved} bytes set aside" if self.reserved else ""
             raise InvalidValueError(
                 f"memory_budget of {self.nbytes} bytes is too small for one state of "
-                f"{self.state_nbytes} bytes ({padded(self.state_nbytes)} with its page padding)")
+                f"{self.state_nbytes} bytes ({padded(self.state_nbytes)} with its page "
+                f"padding){beside}")
 
     @property
     def buffers(self) -> int:
@@ -119,19 +122,6 @@ def slot_candidates(most: int) -> list[int]:
     return sorted(c for c in found if c >= 1)
 
 
-#: Level-2 writes that may be in flight before the forward sweep waits, by default.
-DEFAULT_STAGING_BUFFERS = 2
-
-
-def engine_buffers(staging_buffers: int = DEFAULT_STAGING_BUFFERS, io_threads: int = 1,
-                   compressed: bool = False) -> int:
-    """State buffers the transfer engine holds whenever Level-2 is used: ``staging_buffers``
-    for writes in flight, with a codec (``compressed``) each I/O thread's buffer for a
-    compressed state, and the reverse sweep's prefetch buffers."""
-    return (staging_buffers + (io_threads if compressed else 0)
-            + AsyncMultistage.prefetch_slots)
-
-
 @dataclass(frozen=True)
 class MemoryPlan:
     """How a checkpointer's memory is split between Level-1 slots, the transfer engine's
@@ -143,7 +133,10 @@ class MemoryPlan:
     the host without a budget, how many state buffers the default bound holds for Level-1
     slots, the engine and DRAM Level-2 together (None: unbounded); ``default_bound``, the
     bytes of the default bound where it bounds the run (None: a budget given, or one the run
-    cannot reach); ``staging_buffers``, the option (for messages)."""
+    cannot reach); ``staging_buffers``, the option (for messages); ``codec_buffers``, the
+    state buffers the threads running a codec keep in host memory (:func:`codec_buffers`),
+    set aside before the rest is split: out of ``memory_budget`` on the host, else out of
+    ``host_memory_budget`` or the default bound."""
 
     nbytes: int
     n_timesteps: int | None
@@ -155,6 +148,7 @@ class MemoryPlan:
     host_buffers: int | None = None
     default_bound: int | None = None
     staging_buffers: int = DEFAULT_STAGING_BUFFERS
+    codec_buffers: int = 0
 
     @classmethod
     def make(cls, nbytes: int, options: Any, *, on_host: bool, ranks: Any,
@@ -163,14 +157,35 @@ class MemoryPlan:
         :class:`~asyncckpt._planning.options.Options`); with an MPI job's ``ranks`` every budget
         is the least of the ranks', so that all run one plan. ``default_storage``: Level-2 is in
         host memory, wholly or a tier of it (see :func:`~asyncckpt.storage.in_host_memory`),
-        which without a budget :func:`default_bound` bounds where a run could reach it."""
+        which without a budget :func:`default_bound` bounds where a run could reach it.
+
+        A codec's :func:`codec_buffers` are set aside first, unless the run needs no Level-2
+        without them (then no codec runs)."""
+        plain = cls._make(nbytes, options, 0, on_host=on_host, ranks=ranks,
+                          default_storage=default_storage)
+        if options.codec is None:
+            return plain
+        try:
+            if plain.split(options.l1_slots, options.interval)[1]:
+                return plain
+        except CheckpointError:
+            return plain  # refused without them already: the refusal names what was asked
+        codec = codec_buffers(options.codec, codec_threads(
+            options.io_threads, options.transfers, options.on_level2_error))
+        return cls._make(nbytes, options, codec, on_host=on_host, ranks=ranks,
+                         default_storage=default_storage)
+
+    @classmethod
+    def _make(cls, nbytes: int, options: Any, codec: int, *, on_host: bool, ranks: Any,
+              default_storage: bool) -> "MemoryPlan":
+        """:meth:`make`'s plan with ``codec`` state buffers set aside."""
         memory_budget, host_memory_budget = options.memory_budget, options.host_memory_budget
-        buffers = engine_buffers(options.staging_buffers, options.io_threads,
-                                 options.codec is not None)
+        buffers = engine_buffers(options.staging_buffers, options.io_threads)
         budget = None
         if memory_budget is not None:
             budget = Budget(ranks.min(memory_budget), nbytes, buffers,
-                            reserved=0 if on_host else DIGEST_WORD_BYTES * buffers)
+                            reserved=(codec * padded(nbytes) if on_host
+                                      else DIGEST_WORD_BYTES * buffers))
         host_states = host_buffers = bound = None
         if host_memory_budget is not None:
             if on_host:
@@ -178,14 +193,15 @@ class MemoryPlan:
                     "host_memory_budget is for states on a device; u_0 is in host memory, "
                     "where memory_budget counts Level-1 and Level-2 DRAM together")
             host = ranks.min(host_memory_budget)
-            host_states = host // padded(nbytes) - buffers
+            host_states = host // padded(nbytes) - buffers - codec
             if host_states < 0:
+                beside = f" and the codec's {codec}" if codec else ""
                 raise MemoryBudgetError(
                     f"host_memory_budget={host} bytes cannot hold the {buffers} pinned "
-                    f"staging and prefetch buffers of {padded(nbytes)} bytes")
+                    f"staging and prefetch buffers{beside} of {padded(nbytes)} bytes")
         elif default_storage and (budget is None or not on_host):
             bound = ranks.min(default_bound())
-            held = bound // padded(nbytes)
+            held = bound // padded(nbytes) - codec
             # the most a run may hold in host memory: n states on Level-2 beside the buffers
             # (and on the host the slots); below the bound the DRAM tier needs no limit
             n, slots = options.n_timesteps, options.l1_slots if on_host else 0
@@ -197,7 +213,7 @@ class MemoryPlan:
             else:
                 bound = None  # the run cannot reach it
         return cls(nbytes, options.n_timesteps, options.taping, buffers, budget, host_states,
-                   on_host, host_buffers, bound, options.staging_buffers)
+                   on_host, host_buffers, bound, options.staging_buffers, codec)
 
     def split(self, fixed_slots: int | None, interval: int | str) -> tuple[int, bool]:
         """Level-1 slots, and whether the run needs no Level-2 (``interval=0`` asks for none;

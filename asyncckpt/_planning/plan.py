@@ -282,21 +282,31 @@ class Planner:
             engine.buffers.equip()
         else:  # Revolve in Level-1 alone: every byte of the budget may be a slot
             engine.buffers.release()
+        slots = max(level1.made, peak if fixed is not None else 0)
+        room = self.room(slots, engine)
+        if room is not None and self.memory.on_host:
+            # before the slots are made: the pool keeps those they take from it, not more
+            POOL.keep_at_most(self.memory.nbytes, max(0, room), slots - level1.made)
         if fixed is not None:
             level1.reserve(peak)
-        room = self.room(level1, engine)
         if room is not None and self.memory.on_host:
             POOL.keep_at_most(self.memory.nbytes, max(0, room))
 
-    def room(self, level1: Any, engine: Any) -> int | None:
-        """State buffers the memory budget (or the default bound) leaves beside those held now
-        by Level-1, the engine and Level-2 in process memory (None: unbounded)."""
+    def room(self, slots: int, engine: Any) -> int | None:
+        """State buffers the memory budget (or the default bound) leaves beside ``slots``
+        Level-1 slots and those held now by the engine and Level-2 in process memory (None:
+        unbounded)."""
         bound = self.memory.bound_buffers
         if bound is None:
             return None
-        held = (level1.made + engine.buffers_held
-                + self.storage.nbytes_held // padded(self.memory.nbytes))
-        return bound - held
+        size = padded(self.memory.nbytes)
+        held, level2 = slots + engine.buffers_held, self.storage.nbytes_held
+        if self._planned is not None and self.memory.codec_buffers and self.dram is not None:
+            # counted full: compressed, it fills with buffers of their sizes, never with the
+            # pool's of a state's size
+            tier = self.storage.tiers[self.dram]
+            level2 += max(0, self.memory.dram_states(self.l1_slots) * size - tier.nbytes_held)
+        return bound - held - level2 // size
 
     def record_forward(self, stats: Any) -> None:
         """After a forward sweep: where it ended (unknown n) and the intervals it took."""

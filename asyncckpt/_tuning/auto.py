@@ -106,7 +106,7 @@ class AutoPlanner:
             compressor.compress_every = self.SAMPLE_EVERY  # until a run's plan compresses
         if on_host and tuner.fault_s is None:
             # the probe's buffers go to the pool for the run: no more than the budget leaves
-            room = planner.room(level1, engine)
+            room = planner.room(level1.made, engine)
             tuner.fault_s = measure_fault(planner.memory.nbytes,
                                           most=None if room is None else max(1, room))
         self._compressed = False  # whether the run's plan compresses its Level-2 states

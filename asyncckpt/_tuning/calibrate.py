@@ -13,7 +13,7 @@ from schedules.model import CodecCosts
 
 from .._execution.bounded import BoundedCalls
 from .._memory.buffers import aligned_buffer, padded
-from .._memory.pool import POOL
+from .._memory.pool import POOL, trim_heap
 from ..errors import CheckpointError, StorageFullError, TransferError
 from ..storage import Storage
 
@@ -55,6 +55,10 @@ def measure_codec(codec: Any, nbytes: int, dtype: Any) -> CodecCosts:
         codec.decode(np.frombuffer(encoded, np.uint8), state)
         stored = min(1.0, max(len(memoryview(encoded).cast("B")), 1) / nbytes)
     end = time.perf_counter()
+    del state, encoded
+    # what the codec allocated is freed, but the C heap of this thread (the caller's, which
+    # runs no codec after) would keep its pages resident on the budget's account
+    trim_heap()
     return CodecCosts(middle - start, end - middle, stored)
 
 

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..checkpointer import AsyncCheckpointer
-from ..compression import make_codec
+from ..compression import Codec, make_codec
 from ..errors import InvalidTypeError, InvalidValueError
-from ..planning import (DEFAULT_STAGING_BUFFERS, check_int, check_node, engine_buffers,
-                        state_bytes)
+from ..planning import (DEFAULT_STAGING_BUFFERS, check_int, check_node, codec_threads,
+                        engine_buffers, state_bytes)
 from ..storage import open_storage
 from .wire import shared_dtype
 
@@ -96,11 +96,11 @@ def check_storage(storage: Any) -> None:
         level2.close()
 
 
-def check_compression(compression: Any, dtypes: list[Any]) -> None:
+def check_compression(compression: Any, dtypes: list[Any]) -> Codec | None:
     """``compression=`` checked while tracing, for the carry as the checkpointer keeps it: of
-    the leaves' dtype where they share one, else as bytes."""
+    the leaves' dtype where they share one, else as bytes; the codec it names (None: none)."""
     if compression is None:
-        return
+        return None
     if isinstance(compression, str) and compression == "auto":
         raise InvalidValueError("compression='auto' lets the model decide per run whether to "
                                 "compress; checkpoint_scan sends every segment's first carry to "
@@ -108,10 +108,9 @@ def check_compression(compression: Any, dtypes: list[Any]) -> None:
                                 "as {'codec': 'zfp', 'tolerance': 1e-6}")
     shared = shared_dtype(dtypes)
     if shared is not None:
-        make_codec(compression, shared)
-        return
+        return make_codec(compression, shared)
     try:
-        make_codec(compression, np.uint8)
+        return make_codec(compression, np.uint8)
     except (InvalidTypeError, InvalidValueError) as error:
         found = {np.dtype(dtype) for dtype in dtypes}
         make_codec(compression, max(found, key=lambda dtype: dtype.itemsize))
@@ -120,13 +119,16 @@ def check_compression(compression: Any, dtypes: list[Any]) -> None:
                           f"bytes by the checkpointer: {error}") from error
 
 
-def engine_states(options: dict[str, Any], compression: Any) -> int:
+def engine_states(options: dict[str, Any], codec: Codec | None) -> int:
     """The state buffers the scan's checkpointer holds for its transfers under these options:
-    its staging buffers, one more per I/O thread with a codec, and its prefetch buffers."""
+    its staging and prefetch buffers and, with a ``codec``, what each thread that runs it
+    holds (as the checkpointer's own account, :func:`~asyncckpt.planning.engine_buffers`)."""
     staging = check_int("staging_buffers",
                         options.get("staging_buffers", DEFAULT_STAGING_BUFFERS), 1)
     io_threads = check_int("io_threads", options.get("io_threads", 1), 1)
-    return engine_buffers(staging, io_threads, compression is not None)
+    threads = codec_threads(io_threads, options.get("transfers", "auto"),
+                            options.get("on_level2_error", "raise"))
+    return engine_buffers(staging, io_threads, codec, threads)
 
 
 def least_budget(budget: int, carry_bytes: int, engine: int) -> int:
@@ -139,5 +141,6 @@ def least_budget(budget: int, carry_bytes: int, engine: int) -> int:
         raise InvalidValueError(
             f"memory_budget of {budget} bytes is too small for one carry of {carry_bytes} "
             f"bytes ({state_bytes(carry_bytes)} with its page padding) and the checkpointer's "
-            f"{engine} staging and prefetch buffers: it needs {least} bytes at the least")
+            f"{engine} transfer buffers (staging, prefetch and a codec's): it needs {least} "
+            "bytes at the least")
     return least

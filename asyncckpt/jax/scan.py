@@ -60,7 +60,8 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
     check_interval(interval)
     check_options(options)
     check_storage(storage)
-    check_compression(compression, [leaf.dtype for leaf in jax.tree_util.tree_leaves(carry)])
+    codec = check_compression(compression,
+                              [leaf.dtype for leaf in jax.tree_util.tree_leaves(carry)])
     if reverse:
         flip = partial(jax.tree_util.tree_map, lambda leaf: jnp.flip(leaf, 0))
         final, ys = checkpoint_scan(step, carry, None if xs is None else flip(xs), length=length,
@@ -84,7 +85,7 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
         n, nbytes(carry), nbytes(residuals), step_s, memory_budget=budget,
         interval=interval if interval == "auto" else min(interval, n),
         write_bps=RUNS.write_bps or PRIOR_WRITE_BPS,
-        engine_states=engine_states(options, compression))
+        engine_states=engine_states(options, codec))
     if compression is not None:
         options["compression"] = compression
     plan = Plan(n, chosen, chunk, tuple(sorted({

@@ -154,6 +154,7 @@ class CompressedStorage(WrapperStorage):
             stored[packed:] = 0
         else:
             stored, packed = buf, 0
+        del encoded  # the codec's output, copied: not held beside the inner put's buffer
         digest = xxhash.xxh3_64_intdigest(stored.data)
         spent = time.perf_counter() - start
         self.inner.put(key, stored)

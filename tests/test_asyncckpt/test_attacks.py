@@ -2,18 +2,25 @@
 
 Each example draws a workload (state size, arrays, dtype), a plan (interval, slots or budget,
 taping where the workload allows it), a Level-2 (DRAM, a disk directory, tmpfs, tiers with a
-small first tier), the policy on a Level-2 failure, and a fault on one call of one Storage
-method: it raises, stalls past ``transfer_timeout``, returns a corrupted read, or damages the
-buffer it was handed and then raises. Every run must end in the store-all gradient bit for
-bit or a CheckpointError, within the deadline; the same checkpointer's next run, the fault
-spent, must be exact; and no thread is left behind but one a stalled call holds.
+small first tier), a codec (none, or LZ4 or Zstd where blosc2 is installed), the policy on a
+Level-2 failure, and a fault on one call of one Storage method: it raises, stalls past
+``transfer_timeout``, returns a corrupted read, or damages the buffer it was handed and then
+raises. Every run must end in the store-all gradient bit for bit or a CheckpointError, within
+the deadline; the same checkpointer's next run, the fault spent, must be exact; and no thread
+is left behind but one a stalled call holds.
 
-Profiles: CI draws 60 attacks; ``ASYNCCKPT_ATTACKS=N`` draws N (docs/reliability.md quotes the
-last long run), ``ASYNCCKPT_ATTACK_METHODS`` and ``ASYNCCKPT_ATTACK_KINDS`` (comma-separated)
-narrow them. No codec is drawn yet.
+The memory profile draws states of 512 KiB to 6 MiB + 4 KiB (2 MiB multiples, and just above
+them), intervals, Level-2, codecs and budgets, and runs each in a process of its own: its peak
+resident memory may grow by the budget + 1% + 4 MiB at most (a codec's import before the base).
+
+Profiles: CI draws 60 attacks and 16 memory runs; ``ASYNCCKPT_ATTACKS=N`` and
+``ASYNCCKPT_MEMORY_ATTACKS=N`` draw N (docs/reliability.md quotes the last long runs),
+``ASYNCCKPT_ATTACK_METHODS`` and ``ASYNCCKPT_ATTACK_KINDS`` (comma-separated) narrow them.
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import threading
 import time
@@ -21,18 +28,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, event, given, note, settings
+from hypothesis import HealthCheck, Phase, event, example, given, note, settings, target
 from hypothesis import strategies as st
 
 from asyncckpt import AsyncCheckpointer, CheckpointError, FileStorage, HostMemoryStorage
 from asyncckpt.storage import TieredStorage, WrapperStorage
 
+from budgeted import run_in_process
 from conftest import asyncckpt_threads
 from workloads import Forward, Leapfrog, RecurrentCell, Reverse, forward_reverse, \
     store_all_reference
 
 PAGE = 4096  # a state's buffers are page-padded: a budget counts whole pages
+MiB = 2**20
 EXAMPLES = int(os.environ.get("ASYNCCKPT_ATTACKS", "60"))
+MEMORY_EXAMPLES = int(os.environ.get("ASYNCCKPT_MEMORY_ATTACKS", "16"))
+CODECS = (None,) + (("lz4", "zstd") if importlib.util.find_spec("blosc2") else ())
 TIMEOUT_S = 1.0  # transfer_timeout of every run: a stall must surface within it + SLACK_S
 SLACK_S = 5.0
 METHODS = tuple(os.environ.get("ASYNCCKPT_ATTACK_METHODS",
@@ -126,6 +137,7 @@ def attacks(draw):
         "slots": draw(st.integers(1, 6), label="l1_slots"),
         "taping": draw(st.booleans(), label="taping") if workload == "leapfrog" else True,
         "level2": draw(st.sampled_from(["dram", "disk", "tmpfs", "tiers"]), label="level2"),
+        "codec": draw(st.sampled_from(CODECS), label="compression"),
         "on_error": draw(st.sampled_from(["raise", "recompute"]), label="on_level2_error"),
         "method": (method := draw(st.sampled_from(METHODS), label="method")),
         "kind": draw(st.sampled_from(KINDS), label="kind"),
@@ -174,13 +186,15 @@ def test_every_attack_ends_exact_or_in_a_checkpoint_error_in_time(config, tmp_pa
             ckp = AsyncCheckpointer(model, Forward(model), Reverse(model), config["n"],
                                     interval=config["interval"], storage=storage,
                                     taping=config["taping"], on_level2_error=config["on_error"],
-                                    transfer_timeout=TIMEOUT_S, **plan)
+                                    compression=config["codec"], transfer_timeout=TIMEOUT_S,
+                                    **plan)
             exact = _exact(forward_reverse(model, ckp), reference)
             assert exact, f"a wrong gradient with no error: {config}"
         except CheckpointError as exc:
             event(f"{type(exc).__name__}" + ("" if storage.fired else " before any fault"))
         elapsed = time.monotonic() - started
         event(f"{config['kind']} fired" if storage.fired else "no fault fired")
+        event(f"codec {config['codec']}" + (", a fault fired" if storage.fired else ""))
         assert elapsed < TIMEOUT_S + SLACK_S + 10, f"{elapsed:.1f} s: {config}"
         if ckp is not None:  # reused, the fault spent: as a fresh checkpointer's run
             storage.armed = False
@@ -195,3 +209,57 @@ def test_every_attack_ends_exact_or_in_a_checkpoint_error_in_time(config, tmp_pa
     while asyncckpt_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not asyncckpt_threads(), config
+
+
+@st.composite
+def memory_attacks(draw):
+    nbytes = draw(st.sampled_from([512 * 1024, 1 * MiB + 12288, 2 * MiB, 2 * MiB + 4096,
+                                   4 * MiB + 4096, 6 * MiB + 4096]), label="state bytes")
+    n = draw(st.integers(10, 60), label="n")
+    return {
+        "n": n, "nbytes": nbytes,
+        "interval": draw(st.one_of(st.integers(1, n), st.sampled_from([1, 0, "auto", "adaptive"])),
+                         label="interval"),
+        "storage": draw(st.sampled_from(["dram+disk", "dram", "disk"]), label="storage"),
+        "codec": draw(st.sampled_from(CODECS), label="compression"),
+        "budget_mib": draw(st.sampled_from([8, 16, 24, 48]), label="memory_budget MiB"),
+        "workload": draw(st.sampled_from(["logistic", "sine"]), label="workload"),
+        "runs": draw(st.integers(1, 3), label="runs"),
+    }
+
+
+@pytest.mark.timeout(60 + 30 * MEMORY_EXAMPLES)
+@settings(max_examples=MEMORY_EXAMPLES, deadline=None, derandomize="CI" in os.environ,
+          phases=(Phase.explicit, Phase.reuse, Phase.generate), report_multiple_bugs=False,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(config=memory_attacks())
+# found by this profile before the codec's buffers were in the account: 23.5 MiB under 16
+@example(config={"n": 18, "nbytes": 2 * MiB, "interval": "auto", "storage": "disk",
+                 "codec": "lz4" if "lz4" in CODECS else None, "budget_mib": 16,
+                 "workload": "sine", "runs": 2})
+def test_every_drawn_configuration_stays_within_its_budget(config, tmp_path_factory):
+    """Each drawn run in a process of its own: peak growth <= budget + 1% + 4 MiB, or a
+    refusal at construction (a CheckpointError)."""
+    note(f"memory attack: {config}")
+    print(f"memory attack: {config}", flush=True)
+    disk = tmp_path_factory.mktemp("memory")
+    storage = {"dram+disk": ["dram", str(disk)], "dram": "dram", "disk": str(disk)}
+    budget = config["budget_mib"] * MiB
+    interval = config["interval"]
+    codec = config["codec"] if interval != 0 else None  # a codec in Level-1 alone: never runs
+    done = run_in_process(config["n"], config["nbytes"], {"TMPDIR": str(disk)},
+                          workload=config["workload"], runs=config["runs"],
+                          imported=("blosc2",) if codec else (), interval=interval,
+                          memory_budget=budget, storage=storage[config["storage"]],
+                          compression=codec)
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("asyncckpt.errors."), (config, done.stderr[-2000:])
+        event(f"refused: {last.split(':')[0]}")
+        return
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    growth = report["peak"] - report["base"]
+    event(f"codec {codec}")
+    # hypothesis steers its draws towards the runs that come nearest the bound
+    target((growth - budget) / MiB, label="MiB grown beyond the budget")
+    assert growth <= budget * 1.01 + 4 * MiB, (growth / MiB, config)

@@ -122,7 +122,8 @@ def test_a_budget_holds_more_compressed_states_in_dram_and_never_more_bytes(
     n = 60
     model = wavefront(n)
     state = padded(check_descriptor(model))
-    budget = (2 + 4 + 1 + 4) * state  # slots, staging and prefetch, the codec's buffer, DRAM
+    # slots, staging and prefetch, the codec's I/O thread's buffer and work buffers, DRAM
+    budget = (2 + 4 + 4 + 4) * state
     reference = store_all_reference(model)
     held: list[int] = []
 
@@ -144,15 +145,23 @@ def test_a_budget_holds_more_compressed_states_in_dram_and_never_more_bytes(
 
 
 @needs_blosc
-def test_the_budget_counts_the_codecs_buffer(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("options", "codec_buffers"), [
+    ({}, 4), ({"io_threads": 2}, 8), ({"on_level2_error": "recompute"}, 8),
+    ({"transfers": "inline"}, 4)])
+def test_the_budget_counts_the_codecs_buffers(options: dict, codec_buffers: int,
+                                              tmp_path: Path) -> None:
+    """Each thread that runs the codec holds a buffer for a compressed state and the codec's
+    work buffers (3): the I/O threads, and under "recompute" the thread of the
+    caller's calls too (its retries and rereads); inline, that thread alone."""
     model = wavefront(20)
     state = padded(check_descriptor(model))
-    kwargs = dict(l1_slots=2, interval=4, storage=["dram", tmp_path], memory_budget=10 * state)
+    kwargs = dict(l1_slots=2, interval=4, storage=["dram", tmp_path],
+                  memory_budget=(12 + codec_buffers) * state, **options)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), 20, **kwargs) as plain:
-        assert plain.plan.capacities[0] == 4
+        assert plain.plan.capacities[0] == 6 + codec_buffers
     with AsyncCheckpointer(model, Forward(model), Reverse(model), 20, compression="lz4",
                            **kwargs) as compressed:
-        assert compressed.plan.capacities[0] == 3
+        assert compressed.plan.capacities[0] == 6
 
 
 @needs_blosc
