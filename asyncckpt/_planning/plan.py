@@ -194,8 +194,8 @@ class Planner:
     def _pool_beside_ram_tier(self) -> None:
         """Before Level-2 reserves room in a tier in RAM that draws nothing from the pool (a
         file on tmpfs, which its reserve backs at once), let the pool keep no more than the
-        bound leaves beside that room, the slots and the engine's buffers: the buffers the
-        probes left there would otherwise be held beside the file until the run begins."""
+        bound leaves beside that room, the slots and the engine's buffers: else the probes'
+        buffers there stay beside the file until the run begins."""
         bound = self.memory.bound_buffers
         if (bound is None or self.dram is None or not self.memory.on_host
                 or tiers_of(self.storage)[self.dram].draws_from_pool):
