@@ -13,12 +13,14 @@ from .._memory.buffers import padded
 from .._memory.numa import node_memory
 from .._memory.pool import POOL
 from ..errors import CheckpointError, InvalidValueError, MemoryBudgetError
+from ..storage.kept import kept_ram_bytes
 from .options import environment, parse_bytes
 from .transfer_buffers import (DEFAULT_STAGING_BUFFERS, codec_buffers, codec_threads,
                                engine_buffers)
 
 __all__ = ["Budget", "DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "MemoryPlan", "available_memory",
-           "check_node_holds", "codec_buffers", "codec_threads", "default_bound", "engine_buffers", "slot_candidates"]
+           "check_node_holds", "codec_buffers", "codec_threads", "default_bound",
+           "engine_buffers", "slot_candidates"]
 
 #: Share of the available memory a checkpointer keeps in host memory where no budget is given.
 MEMORY_SHARE = 0.25
@@ -26,8 +28,8 @@ MEMORY_SHARE = 0.25
 
 def available_memory() -> int:
     """Memory available to a new checkpointer: the system's (psutil) and what asyncckpt's pool
-    keeps for reuse."""
-    return psutil.virtual_memory().available + POOL.nbytes
+    and kept files in RAM keep for reuse."""
+    return psutil.virtual_memory().available + POOL.nbytes + kept_ram_bytes()
 
 
 def default_bound(available: int | None = None) -> int:
@@ -44,9 +46,8 @@ def check_node_holds(node: int | None, memory: "MemoryPlan", l1_slots: int, in_l
                      slots_fixed: bool) -> None:
     """Raise unless NUMA ``node`` (``l1_node``; None: unbound) has room for the most Level-1
     may take: ``l1_slots`` slots (and the engine's buffers) where the slots are fixed, else
-    the whole ``memory_budget``, which "auto" may give to slots. Memory bound to a node is
-    never taken from another, so a fault beyond it would not spill but fail (the kernel's
-    out-of-memory killer)."""
+    the whole ``memory_budget``, which "auto" may give to slots. Memory bound to a node
+    never spills to another: a fault beyond it meets the out-of-memory killer."""
     if node is None:
         return
     need = memory.l1_bytes(l1_slots, in_level1)

@@ -172,6 +172,8 @@ class FileRecords(Storage):
         with self._lock:
             self._set_size(nbytes, exact=True)
             need = count * self._record - self._backed
+            if need < 0 and self._ram:
+                self._shrink(max(count, self._n_records) * self._record)
             if need <= 0:
                 return
             free = self.free_bytes()
@@ -203,6 +205,13 @@ class FileRecords(Storage):
                 raise
         self._backed = max(self._backed, records * self._record)
 
+
+    def _shrink(self, nbytes: int) -> None:
+        """Free the RAM of the file beyond ``nbytes`` (a kept file a run needs less of: it is
+        memory the account charges)."""
+        if nbytes < self._backed:
+            os.ftruncate(self._fd, nbytes)
+            self._backed = nbytes
 
     def _grow(self, records: int) -> None:
         """Back at least ``records`` records: a quarter more than now where the device has
@@ -240,7 +249,7 @@ class FileRecords(Storage):
     def _cleanup(self) -> None:
         kept = KeptFile(self._fd, self._direct_fd, self._backed)
         self._fd = self._direct_fd = -1
-        keep_or_release(self._where, kept)
+        keep_or_release(self._where, kept, self._ram)
         self._remove_made_root()
 
 

@@ -8,8 +8,11 @@ from dataclasses import dataclass
 
 import psutil
 
+from .._memory.pool import POOL
+
 __all__ = ["KEPT_FILES", "KeptFile", "KeptFiles", "RAM_FILESYSTEMS", "fits_beside",
-           "keep_or_release", "ram_backed", "release_fds", "release_files", "take_kept"]
+           "keep_or_release", "kept_ram_bytes", "ram_backed", "release_fds", "release_files",
+           "release_ram_files", "take_kept"]
 
 #: A file that held at least this much is closed on a thread of its own: freeing its blocks
 #: waits on the device at no CPU (long, on a disk mounted with ``discard``)
@@ -64,19 +67,27 @@ class KeptFiles:
         self.limit = limit
         self._lock = threading.Lock()
         self._files: dict[tuple[str, bool], KeptFile] = {}  # oldest first
+        self._ram: set[tuple[str, bool]] = set()  # the keys of files on RAM-backed filesystems
 
     def take(self, key: tuple[str, bool]) -> KeptFile | None:
         with self._lock:
+            self._ram.discard(key)
             return self._files.pop(key, None)
 
-    def keep(self, key: tuple[str, bool], kept: KeptFile) -> None:
-        """Keep ``kept`` for ``key``, letting go of what it replaces and of the oldest beyond
-        :attr:`limit`."""
+    def keep(self, key: tuple[str, bool], kept: KeptFile, ram: bool = False) -> None:
+        """Keep ``kept`` for ``key`` (``ram``: on a RAM-backed filesystem), letting go of what
+        it replaces and of the oldest beyond :attr:`limit`."""
         with self._lock:
             evicted = [self._files.pop(key)] if key in self._files else []
             self._files[key] = kept
+            if ram:
+                self._ram.add(key)
+            else:
+                self._ram.discard(key)
             while len(self._files) > self.limit:
-                evicted.append(self._files.pop(next(iter(self._files))))
+                oldest = next(iter(self._files))
+                self._ram.discard(oldest)
+                evicted.append(self._files.pop(oldest))
         for old in evicted:
             release_fds(old.fds(), old.nbytes)
 
@@ -84,14 +95,23 @@ class KeptFiles:
         """In a child after ``fork``: drop the parent's files (closing the child's descriptors
         only), so that parent and child never write into one file."""
         files, self._files = list(self._files.values()), {}
+        self._ram = set()
         self._lock = threading.Lock()  # another thread may have held it at the fork
         for kept in files:
             _close_all(kept.fds())
 
-    def release(self) -> int:
-        """Close every kept file; return the bytes they held."""
+    def ram_bytes(self) -> int:
+        """Bytes the kept files on RAM-backed filesystems hold."""
         with self._lock:
-            files, self._files = list(self._files.values()), {}
+            return sum(self._files[key].nbytes for key in self._ram)
+
+    def release(self, ram_only: bool = False) -> int:
+        """Close every kept file (``ram_only``: those on RAM-backed filesystems); return the
+        bytes they held."""
+        with self._lock:
+            keys = list(self._ram if ram_only else self._files)
+            files = [self._files.pop(key) for key in keys]
+            self._ram.clear()
         for kept in files:
             release_fds(kept.fds(), kept.nbytes)
         return sum(kept.nbytes for kept in files)
@@ -114,9 +134,15 @@ def take_kept(where: str, direct: bool | None) -> KeptFile | None:
 
 
 def release_files() -> int:
-    """Free the disk space of the files that closed :class:`FileStorage` backends keep for the
-    next backend under the same directory; return how many bytes that was."""
+    """Free the disk space (and on a RAM-backed filesystem the memory) of the files that
+    closed :class:`FileStorage` backends keep for the next backend under the same directory;
+    return how many bytes that was."""
     return _KEPT.release()
+
+
+def release_ram_files() -> int:
+    """Free the memory of the kept files on RAM-backed filesystems; return the bytes."""
+    return _KEPT.release(ram_only=True)
 
 
 def fits_beside(fd: int, nbytes: int) -> bool:
@@ -141,12 +167,24 @@ def ram_backed(path: str) -> bool:
     return bool(mounts) and max(mounts, key=lambda p: len(p.mountpoint)).fstype in RAM_FILESYSTEMS
 
 
-def keep_or_release(where: str, kept: KeptFile) -> None:
+def keep_or_release(where: str, kept: KeptFile, ram: bool = False) -> None:
     """Keep a closed backend's file for the next backend under ``where`` (a real path) where
-    :func:`fits_beside` says so, else close it. A file on a RAM-backed filesystem is never kept:
-    there its space is memory the process would go on holding."""
-    if (kept.nbytes and kept.fd >= 0 and fits_beside(kept.fd, kept.nbytes)
-            and not ram_backed(where)):
-        _KEPT.keep((where, kept.direct_fd >= 0), kept)
+    :func:`fits_beside` says so, else close it. A file on a RAM-backed filesystem (``ram``) is
+    memory the process goes on holding, kept as the process's pool keeps touched DRAM: while
+    the pool's limit holds it beside the pool's buffers and the other kept files in RAM (freed
+    and faulted in again at every run, a tmpfs tier was slower than a disk, whose file stays
+    in the page cache)."""
+    if ram:
+        room = POOL.limit_bytes - POOL.nbytes - kept_ram_bytes()
+        if kept.nbytes > room:
+            release_fds(kept.fds(), kept.nbytes)
+            return
+    if kept.nbytes and kept.fd >= 0 and fits_beside(kept.fd, kept.nbytes):
+        _KEPT.keep((where, kept.direct_fd >= 0), kept, ram)
     else:
         release_fds(kept.fds(), kept.nbytes)
+
+
+def kept_ram_bytes() -> int:
+    """Bytes of RAM that kept files on RAM-backed filesystems hold."""
+    return _KEPT.ram_bytes()

@@ -13,14 +13,16 @@ from .._memory.numa import check_node, node_memory, node_of
 from .._memory.pool import POOL
 from ..errors import StorageError, StorageFullError, StorageKeyError
 from .base import Storage, gib
+from .kept import release_ram_files
 
 __all__ = ["HostMemoryStorage", "PinnedMemoryStorage", "release_memory"]
 
 
 def release_memory() -> int:
     """Return the DRAM that closed :class:`HostMemoryStorage` backends keep for reuse to the
-    operating system; return how many bytes that was."""
-    return POOL.release()
+    operating system, and the files closed :class:`FileStorage` backends keep on a RAM-backed
+    filesystem; return how many bytes that was."""
+    return POOL.release() + release_ram_files()
 
 
 class HostMemoryStorage(Storage):
