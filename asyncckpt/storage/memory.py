@@ -29,7 +29,7 @@ class HostMemoryStorage(Storage):
     """Level-2 in host DRAM: one touched buffer per stored state, reused.
 
     ``nbytes_held`` tells how much DRAM it holds, for memory accounting. On ``close`` its buffers
-    go to a process-wide pool (a quarter of the physical memory at most) that the next
+    go to a process-wide pool (half the physical memory at most) that the next
     HostMemoryStorage draws from, so repeated checkpointers do not fault fresh memory in again;
     :func:`~asyncckpt.storage.release_memory` returns them to the operating system.
 
