@@ -1,6 +1,5 @@
-"""``memory_budget=``: how many state buffers the memory budget holds, and how they are split
-between Level-1 slots, the transfer engine's buffers and the DRAM tier of Level-2 (the memory
-plan, which :mod:`asyncckpt.compat` reads too)."""
+"""``memory_budget=``: the state buffers a budget holds, split between Level-1 slots, the
+transfer engine's buffers and the DRAM tier of Level-2 (the memory plan)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,8 +44,8 @@ def default_bound(available: int | None = None) -> int:
 def check_node_holds(node: int | None, memory: "MemoryPlan", l1_slots: int, in_level1: bool,
                      slots_fixed: bool) -> None:
     """Raise unless NUMA ``node`` (``l1_node``; None: unbound) has room for the most Level-1
-    may take: ``l1_slots`` slots (and the engine's buffers) where the slots are fixed, else
-    the whole ``memory_budget``, which "auto" may give to slots. Memory bound to a node
+    may take: ``l1_slots`` slots (and the engine's buffers) where fixed, else the whole
+    ``memory_budget``, which "auto" may give to slots. Memory bound to a node
     never spills to another: a fault beyond it meets the out-of-memory killer."""
     if node is None:
         return
@@ -157,8 +156,8 @@ class MemoryPlan:
         """The plan for states of ``nbytes`` bytes under a checkpointer's ``options`` (an
         :class:`~asyncckpt._planning.options.Options`); with an MPI job's ``ranks`` every budget
         is the least of the ranks', so that all run one plan. ``default_storage``: Level-2 is in
-        host memory, wholly or a tier of it (see :func:`~asyncckpt.storage.in_host_memory`),
-        which without a budget :func:`default_bound` bounds where a run could reach it.
+        host memory, wholly or a tier (:func:`~asyncckpt.storage.in_host_memory`), which
+        without a budget :func:`default_bound` bounds where a run could reach it.
 
         A codec's :func:`codec_buffers` are set aside first, unless the run needs no Level-2
         without them (then no codec runs)."""
@@ -200,8 +199,8 @@ class MemoryPlan:
                 raise MemoryBudgetError(
                     f"host_memory_budget={host} bytes cannot hold the {buffers} pinned "
                     f"staging and prefetch buffers{beside} of {padded(nbytes)} bytes")
-        elif default_storage and (budget is None or not on_host):
-            bound = ranks.min(default_bound())
+        elif (budget is None or not on_host) and ranks.all(default_storage):
+            bound = ranks.min(default_bound())  # where every rank's is: one tier structure
             held = bound // padded(nbytes) - codec
             # the most a run may hold in host memory: n states on Level-2 beside the buffers
             # (and on the host the slots); below the bound the DRAM tier needs no limit
