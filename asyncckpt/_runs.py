@@ -82,7 +82,7 @@ class Runs:
         online = planner.adaptive or n is None
         # with taping the reverse sweep recomputes u_{n-1}, stored or not: the replay check's
         taped = planner.memory.taping and n is not None and n > 1
-        self.interpreter.replay.witnessing(n - 1 if taped else None)
+        self.interpreter.replay.witnessing(n - 1 if taped and n is not None else None)
         self.interpreter.expected_stores = (0 if online or n is None or not planner.interval
                                             else -(-n // planner.interval))
         return stats, self.resume.actions(planner.schedule)

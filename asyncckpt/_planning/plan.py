@@ -304,7 +304,7 @@ class Planner:
         if self._planned is not None and self.memory.codec_buffers and self.dram is not None:
             # counted full: compressed, it fills with buffers of their sizes, never with the
             # pool's of a state's size
-            tier = self.storage.tiers[self.dram]
+            tier = tiers_of(self.storage)[self.dram]
             level2 += max(0, self.memory.dram_states(self.l1_slots) * size - tier.nbytes_held)
         return bound - held - level2 // size
 
