@@ -44,6 +44,17 @@ PAGE = 4096  # a state's buffers are page-padded: a budget counts whole pages
 MiB = 2**20
 EXAMPLES = int(os.environ.get("ASYNCCKPT_ATTACKS", "60"))
 MEMORY_EXAMPLES = int(os.environ.get("ASYNCCKPT_MEMORY_ATTACKS", "16"))
+
+
+def profile(examples: int, variable: str) -> settings:
+    """Hypothesis settings of a profile of ``examples`` draws, the same ones every time unless
+    ``$variable`` asks for a long profile (drawn at random); failures reported as drawn."""
+    return settings(max_examples=examples, deadline=None,
+                    derandomize=variable not in os.environ,
+                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+                    report_multiple_bugs=False,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow])
 CODECS = (None,) + (("lz4", "zstd") if importlib.util.find_spec("blosc2") else ())
 TIMEOUT_S = 1.0  # transfer_timeout of every run: a stall must surface within it + SLACK_S
 SLACK_S = 5.0
@@ -163,10 +174,7 @@ def _exact(got, want) -> bool:
 # no shrinking: an attack that fails is reported as drawn (its configuration is short to read,
 # and shrinking runs that stall or leave threads costs minutes)
 @pytest.mark.timeout(60 + 10 * EXAMPLES)
-@settings(max_examples=EXAMPLES, deadline=None,
-          derandomize="ASYNCCKPT_ATTACKS" not in os.environ,
-          phases=(Phase.explicit, Phase.reuse, Phase.generate), report_multiple_bugs=False,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@profile(EXAMPLES, "ASYNCCKPT_ATTACKS")
 @given(config=attacks())
 def test_every_attack_ends_exact_or_in_a_checkpoint_error_in_time(config, tmp_path_factory):
     note(f"attack: {config}")
@@ -231,10 +239,7 @@ def memory_attacks(draw):
 
 
 @pytest.mark.timeout(60 + 30 * MEMORY_EXAMPLES)
-@settings(max_examples=MEMORY_EXAMPLES, deadline=None,
-          derandomize="ASYNCCKPT_MEMORY_ATTACKS" not in os.environ,
-          phases=(Phase.explicit, Phase.reuse, Phase.generate), report_multiple_bugs=False,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@profile(MEMORY_EXAMPLES, "ASYNCCKPT_MEMORY_ATTACKS")
 @given(config=memory_attacks())
 # found by this profile before the codec's buffers were in the account: 23.5 MiB under 16
 @example(config={"n": 18, "nbytes": 2 * MiB, "interval": "auto", "storage": "disk",
