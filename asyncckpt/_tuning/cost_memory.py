@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from copy import deepcopy
-from dataclasses import astuple, replace
+from dataclasses import astuple, fields, replace
 from typing import Any
 
 from schedules.model import CodecCosts
@@ -106,8 +106,9 @@ def agree_costs(tuner: IntervalTuner, group: Any) -> None:
     for name, value in zip(AGREED_LARGEST, agreed):
         setattr(tuner, name, value)
     tuner.residual = {False: agreed[named], True: agreed[named + 1]}
-    tuner.missed = Missed(*agreed[named + 2:named + 5])
-    rest = agreed[named + 5:]
+    sums = named + 2 + len(fields(Missed))
+    tuner.missed = Missed(*agreed[named + 2:sums])
+    rest = agreed[sums:]
     if tuner.tier_costs is not None:
         tuner.tier_costs = [(rest[2 * i], rest[2 * i + 1]) for i in range(len(tiers))]
     compress_s, decompress_s, stored, *adjoints = rest[2 * len(tiers):]

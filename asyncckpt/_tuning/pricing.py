@@ -129,12 +129,8 @@ class Pricing:
         assert self.tf is not None
         quiet = (self.quiet.tf, self.quiet.tcall, self.quiet.adjoint, self._run_copy_s())
         beside = (self.busy.tf, self.busy.tcall, self.busy.adjoint, self.busy.tc)
-        tx = self.tx
-        if tx is None and beside == (None,) * 4 and quiet[3] is not None:
-            # no run beside transfers yet: each takes the memory bandwidth of its passes over
-            # the state (the transfer's and its checksum's) from the compute beside it
-            tx = PRIOR_TX_COPIES * quiet[3]
-        split = busy and not self.inline and tx is not None
+        tx = self._tx()
+        split = self._split(busy)
         if split:
             # quiet costs and tx per transfer; the reverse call's contention is in tx only
             # where its quiet cost is known (see learn)
@@ -161,6 +157,21 @@ class Pricing:
         if self.inline:
             return Costs(tf=tf, tb=tb, tw=0.0, tr=0.0, tc=tc + (tw + tr) / 2, tcall=tcall)
         return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall, tx=tx)
+
+    def _tx(self) -> float | None:
+        """What a transfer takes from the compute beside it (None: not known)."""
+        busy = (self.busy.tf, self.busy.tcall, self.busy.adjoint, self.busy.tc)
+        copy_s = self._run_copy_s()
+        if self.tx is None and busy == (None,) * 4 and copy_s is not None:
+            # no run beside transfers yet: each takes the memory bandwidth of its passes over
+            # the state (the transfer's and its checksum's) from the compute beside it
+            return PRIOR_TX_COPIES * copy_s
+        return self.tx
+
+    def _split(self, busy: bool) -> bool:
+        """Whether a plan (``busy``: with Level-2) is priced at quiet costs plus ``tx`` per
+        transfer (see :meth:`costs`)."""
+        return busy and not self.inline and self._tx() is not None
 
     def beside_transfers(self, l2_writes: int) -> bool:
         """Whether a run writing ``l2_writes`` states to Level-2 runs its compute beside the
@@ -257,9 +268,11 @@ class Pricing:
                                    fresh=memory).total_s
         tiers = self.tiers_for_model(capacities, fresh, compressed)
         if tiers is None:
-            return predict_async_multistage(self.n_steps, interval, l1_slots, costs,
-                                            staging_buffers=self.staging_buffers,
-                                            taping=self.taping).total_s
-        return predict_tiered(self.n_steps, interval, l1_slots, costs, tiers,
-                              staging_buffers=self.staging_buffers, taping=self.taping,
-                              fresh=memory).total_s
+            total = predict_async_multistage(self.n_steps, interval, l1_slots, costs,
+                                             staging_buffers=self.staging_buffers,
+                                             taping=self.taping).total_s
+        else:
+            total = predict_tiered(self.n_steps, interval, l1_slots, costs, tiers,
+                                   staging_buffers=self.staging_buffers, taping=self.taping,
+                                   fresh=memory).total_s
+        return max(total + self.misses.per_run(True, self._split(True)), total / 2)
