@@ -70,6 +70,9 @@ class FileRecords(Storage):
         self._fd = self._direct_fd = -1
         self._record = 0  # bytes per record, fixed by the first put or reserve
         self._backed = 0  # bytes of the file backed by fallocate
+        # bytes the last reserve backed: an emptied file in RAM gives back what lies beyond
+        # them and keeps them for the run's states
+        self._reserved = 0
         self._where = os.path.realpath(root)
         self._ram = ram_backed(self._where)  # its file is memory, not disk
         self._take_file(root, direct)
@@ -171,6 +174,7 @@ class FileRecords(Storage):
     def reserve(self, nbytes: int, count: int) -> None:
         with self._lock:
             self._set_size(nbytes, exact=True)
+            self._reserved = count * self._record
             need = count * self._record - self._backed
             if need < 0 and self._ram:
                 self._shrink(max(count, self._n_records) * self._record)

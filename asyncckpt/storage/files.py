@@ -181,10 +181,11 @@ class FileStorage(FileRecords):
                 raise StorageKeyError(f"FileStorage.delete({key}): key not stored")
             self._free.append(slot)
             if self._ram and not self._slots:
-                # an empty file in RAM gives its memory back (the probe's state, a finished
-                # run's): a budget would otherwise pay for records nothing is stored in
-                os.ftruncate(self._fd, 0)
-                self._backed = 0
+                # an empty file in RAM gives back the memory beyond its reservation (the
+                # probe's state before a plan reserved any): a budget would otherwise pay for
+                # records nothing is stored in. Cut to nothing, every later put faulted its
+                # record in anew, and a tmpfs tier ran slower than a disk
+                self._shrink(self._reserved)
                 self._free = []
                 self._n_records = 0
 

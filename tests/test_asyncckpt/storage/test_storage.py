@@ -716,6 +716,39 @@ def test_a_kept_file_in_ram_is_cut_to_what_the_next_run_reserves(shm_dir: Path) 
         release_files()
 
 
+def test_an_emptied_file_in_ram_keeps_its_reservation(shm_dir: Path) -> None:
+    """A file on tmpfs that holds no state gives back what lies beyond its reservation (the
+    probe's state before a plan reserved any), never the reservation: cut to nothing whenever
+    the probe's or a run's last state was deleted, every put of the next run faulted its
+    record in anew with a fallocate of its own, and the kept file was empty (the LSTM at
+    n = 3200: 3202 fallocates a run on tmpfs, one on the disk)."""
+    from asyncckpt.storage.kept import kept_ram_bytes
+
+    release_files()
+    backend = FileStorage(shm_dir)
+    try:
+        state = np.arange(1 << 17, dtype=np.float64)
+        backend.put(0, state)  # a probe before any reservation
+        backend.delete(0)
+        assert backend.nbytes_held == 0
+        backend.reserve(state.nbytes, 4)
+        for run in range(2):
+            for key in range(4):
+                backend.put(key, state)
+            assert os.fstat(backend.fileno()).st_blocks * 512 == 4 << 20
+            for key in range(4):
+                backend.delete(key)
+            assert backend.nbytes_held == 4 << 20, run
+            assert os.fstat(backend.fileno()).st_blocks * 512 == 4 << 20
+        backend.put(9, state)
+        backend.put(10, state)  # beyond the records in use: the reservation's, not new ones
+        assert os.fstat(backend.fileno()).st_blocks * 512 == 4 << 20
+    finally:
+        backend.close()
+    assert kept_ram_bytes() == 4 << 20
+    release_files()
+
+
 def test_a_file_storage_fills_its_device_before_it_reports_it_full(small_tmpfs: Path) -> None:
     """Growing the file by a quarter reported the device full with 6 MiB still free, and each
     failed put kept a record."""
