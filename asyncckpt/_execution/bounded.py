@@ -149,4 +149,5 @@ class BoundedCalls:
 
 def stalled(outcome: Outcome) -> bool:
     """Whether a transfer is stalled: still running, or an inline one given up on."""
-    return not outcome.done() or isinstance(outcome.exception(), Stalled)
+    return not outcome.done() or (not outcome.cancelled()
+                                  and isinstance(outcome.exception(), Stalled))

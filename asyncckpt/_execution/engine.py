@@ -62,23 +62,30 @@ class TransferEngine(EngineReads):
     def discard(self, until: float | None = None) -> None:
         """Abandon the current run: wait for what is in flight and delete what it wrote until
         ``until`` (default ``ABANDON_S`` from now), then abandon the rest, ignore its failures
-        and make the engine usable again, as a fresh one (``buffers.equip()`` and new threads)."""
+        and make the engine usable again, as a fresh one (``buffers.equip()`` and new threads).
+
+        An interrupt anywhere in it leaves the engine for the next call to discard again: every
+        key the run may have written is marked stale before any record of it goes, and each
+        transfer's record goes before its buffer is freed (a buffer may be lost, then made
+        again, but never freed twice)."""
         until = time.monotonic() + ABANDON_S if until is None else until
+        for transfer in self._ledger.in_flight():
+            transfer.future.cancel()  # one not yet started never runs
         self.calls.settle(self._in_flight(), until)
         if self._executor is not None and any(map(stalled, self._in_flight())):
             self._executor = self._executor.renewed()  # stuck threads serve no later run
-        # every key this run may have written: an interrupt can fall between a write and its
-        # record; what a stalled write may still write comes later
-        written = self._ledger.written()
-        in_flight = []
-        for write in self._writes.values():
+        in_flight = [write.key for write in self._writes.values() if stalled(write.future)]
+        self._transfers.abandon(self._ledger.written(), in_flight)
+        while self._writes:
+            write = self._writes.popitem()[1]
             if stalled(write.future):  # its thread keeps the buffer
-                in_flight.append(write.key)
                 log.warning("abandoned the Level-2 write of u_%d: still running", write.key)
-                continue
-            failed = write.future.cancelled() or write.future.exception() is not None
-            self._free_staging.append(write.buffer if failed else write.future.result()[1])
-        for read in self._reads.values():
+            elif write.future.cancelled() or write.future.exception() is not None:
+                self._free_staging.append(write.buffer)
+            else:
+                self._free_staging.append(write.future.result()[1])
+        while self._reads:
+            read = self._reads.popitem()[1]
             if stalled(read.future):
                 log.warning("abandoned the Level-2 read of u_%d: still running", read.key)
             else:
@@ -87,7 +94,7 @@ class TransferEngine(EngineReads):
         for table in (self.recovery.lost, self.recovery.causes, self._transfers.staged):
             table.clear()
         self.counters.held = 0
-        self._transfers.abandon(written, in_flight, self.calls, until)
+        self._transfers.sweep(self.calls, until)
         self._broken = None
 
 

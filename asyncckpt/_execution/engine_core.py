@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
+
+import numpy as np
 
 from ..errors import TransferError
 from ..storage import Storage
@@ -12,7 +15,7 @@ from .counters import TransferCounters
 from .bounded import BoundedCalls, Stalled
 from .engine_buffers import EngineBuffers
 from .futures import DaemonExecutor, Outcome
-from .ledger import Ledger
+from .ledger import Ledger, Transfer
 from .link import HostLink, Link
 from .recovery import Recovery
 from .transfers import Transfers
@@ -61,11 +64,21 @@ class EngineCore:
         return self.buffers.free + len(self._writes) + len(self._reads)
 
 
-    def _start(self, what: str, key: int, transfer: Callable[..., Any], *args: Any) -> Outcome:
-        """Run ``transfer`` (the ``what`` of u_key) on an I/O thread, or inline."""
+    def _start(self, table: dict[int, Transfer], kind: str, key: int, buffer: np.ndarray,
+               transfer: Callable[..., Any], *args: Any) -> None:
+        """Run ``transfer`` (the ``kind`` of u_key, from or into ``buffer``) on an I/O thread,
+        recorded in ``table`` first: an interrupt between the two leaves a record whose transfer
+        never starts (:meth:`discard` cancels it), never a transfer no record names, whose key
+        nothing would wait for before deleting it. Inline, the call has ended when it is
+        recorded; one an interrupt cuts short goes on on the thread of ``calls``, ahead of
+        every later call there, the delete of its key (recorded in the sizes) included."""
         if self._executor is None:
-            return self.calls.submit(transfer, f"{what} of u_{key}", key, *args)
-        return self._executor.submit(transfer, key, *args)
+            outcome = self.calls.submit(transfer, f"{kind} of u_{key}", key, *args)
+            table[key] = Transfer(key, kind, outcome, buffer)
+            return
+        future: Future[Any] = Future()
+        table[key] = Transfer(key, kind, future, buffer)
+        self._executor.start(future, transfer, key, *args)
 
 
     def _fail(self, what: str, key: int, exc: BaseException) -> TransferError:

@@ -11,7 +11,7 @@ import numpy as np
 from .._memory.buffers import check_size
 from ..errors import ScheduleError, TransferError
 from .engine_writes import EngineWrites
-from .futures import Completed, Outcome
+from .futures import Completed
 from .ledger import Transfer
 
 log = logging.getLogger(__name__)
@@ -46,15 +46,14 @@ class EngineReads(EngineWrites):
             raise ScheduleError(f"prefetch of u_{key}: every prefetch buffer is in use "
                                 f"(holding {sorted(self._reads)})")
         buffer = self._free_prefetch.pop()
-        future: Outcome
         if key in self.recovery.lost:
-            future = Completed(exception=TransferError(f"u_{key} was never written to Level-2"))
-        else:
-            future = self._start("read", key, self._transfers.read, buffer, self._sizes[key],
-                                 self._digests.get(key), self._ledger.writing(key))
-            self.counters.reads += 1
-            self.counters.bytes_read += self._sizes[key]
-        self._reads[key] = Transfer(key, "read", future, buffer)
+            self._reads[key] = Transfer(key, "read", Completed(exception=TransferError(
+                f"u_{key} was never written to Level-2")), buffer)
+            return
+        self._start(self._reads, "read", key, buffer, self._transfers.read, buffer,
+                    self._sizes[key], self._digests.get(key), self._ledger.writing(key))
+        self.counters.reads += 1
+        self.counters.bytes_read += self._sizes[key]
 
 
     def _arrived(self, key: int) -> bool:
@@ -137,22 +136,20 @@ class EngineReads(EngineWrites):
 
 
     def free(self, key: int) -> None:
-        """Release u_key's prefetch buffer and delete it from Level-2 (once its write is done)."""
+        """Release u_key's prefetch buffer and delete it from Level-2 (once its write is done).
+        Its records go only once it is deleted, or marked stale: an interrupt anywhere here
+        leaves it where :meth:`discard` finds it."""
         self.check()
         read = self._reads.pop(key, None)
         if read is not None:
             self._await([read.future], "read", key)  # the buffer is in use until its read ends
             self._free_prefetch.append(read.buffer)
         self.counters.held -= 1
-        self._sizes.pop(key, None)
         if key in self._writes:
-            self._writes[key].doomed = True
             self._transfers.stale.add(key)  # swept before the next run unless deleted first
-        elif key in self.recovery.lost:
-            self.recovery.lost.discard(key)
-            if key in self._digests:  # written, then unreadable: still on Level-2
-                self._digests.pop(key)
-                self._delete(key)
-        else:
-            self._digests.pop(key, None)
+            self._writes[key].doomed = True
+        elif key not in self.recovery.lost or key in self._digests:  # lost: written, unreadable
             self._delete(key)
+        self.recovery.lost.discard(key)
+        self._digests.pop(key, None)
+        self._sizes.pop(key, None)

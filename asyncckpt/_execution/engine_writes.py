@@ -11,7 +11,6 @@ import numpy as np
 from ..errors import ScheduleError, TransferError
 from .bounded import stalled
 from .engine_core import EngineCore
-from .ledger import Transfer
 
 __all__ = ["EngineWrites"]
 
@@ -87,9 +86,8 @@ class EngineWrites(EngineCore):
         self.counters.copies += 1
         self._sizes[key] = size
         self.last_submit = time.perf_counter()
-        future = self._start("write", key, self._transfers.write, buffer, size, ticket,
-                             self._transfers.epoch)
-        self._writes[key] = Transfer(key, "write", future, buffer)
+        self._start(self._writes, "write", key, buffer, self._transfers.write, buffer, size,
+                    ticket, self._transfers.epoch)
         self.counters.stored(size)
 
 

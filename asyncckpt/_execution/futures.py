@@ -20,6 +20,8 @@ class Outcome(Protocol):
 
     def cancelled(self) -> bool: ...
 
+    def cancel(self) -> bool: ...
+
     def exception(self) -> BaseException | None: ...
 
     def result(self) -> Any: ...
@@ -39,6 +41,9 @@ class Completed:
 
     def cancelled(self) -> bool:
         return False
+
+    def cancel(self) -> bool:
+        return False  # it has run
 
     def exception(self) -> BaseException | None:
         return self._exception
@@ -84,13 +89,18 @@ class DaemonExecutor:
         self._started = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.start(future, fn, *args)
+        return future
+
+    def start(self, future: Future[Any], fn: Callable[..., Any], /, *args: Any) -> None:
+        """Run ``fn(*args)`` on a worker, its outcome set on ``future`` (made, and recorded,
+        by the caller before: one cancelled first never runs)."""
         if not self._started:
             self._started = True
             for thread in self._threads:
                 thread.start()
-        future: Future[Any] = Future()
         self._queue.put((future, fn, args))
-        return future
 
     def renewed(self) -> "DaemonExecutor":
         """A fresh executor of as many threads, this one's left to what they run (a stalled

@@ -44,6 +44,8 @@ class ResumableEngine(TransferEngine):
         Level-2 for the next reverse sweep."""
         reads = dict(self._reads)
         self._reads.clear()  # the ledger's table: its reads are over
+        for read in reads.values():
+            read.future.cancel()  # one not yet started never runs
         self.calls.settle([read.future for read in reads.values()],
                           time.monotonic() + ABANDON_S)
         for read in reads.values():

@@ -152,15 +152,12 @@ class Transfers:
             self.stale.add(key)
             raise
 
-    def abandon(self, keys: Iterable[int], in_flight: Iterable[int], calls: BoundedCalls,
-                until: float | None = None) -> None:
+    def abandon(self, keys: Iterable[int], in_flight: Iterable[int]) -> None:
         """A run is abandoned: every key it may have written (``keys``) is stale, those whose
-        write is still running (``in_flight``) may land later; delete what is there (through
-        ``calls``, by ``until``)."""
+        write is still running (``in_flight``) may land later; :meth:`sweep` deletes them."""
         self.epoch += 1
         self.stale.update(keys)
         self.landing.update(in_flight)
-        self.sweep(calls, until)
 
     def sweep(self, calls: BoundedCalls, until: float | None = None) -> Stalled | None:
         """Delete every stale key (before a run, and when one is abandoned), each within the

@@ -4,6 +4,7 @@ file; a corrupted state never yields an adjoint."""
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 import sys
 import threading
@@ -503,8 +504,9 @@ def test_ctrl_c_at_500_random_points_leaves_the_checkpointer_reusable(storage: s
 
     job = Path(__file__).resolve().parents[1] / "interrupt_job.py"
     where = "dram" if storage == "dram" else str(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(job.parents[1])}  # this checkout's asyncckpt
     done = subprocess.run([sys.executable, str(job), "500", "1", where], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     assert result["interrupted"] >= 100  # the interrupts did land inside the runs
