@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from budgeted import run_in_process
+from conftest import ROOT
 
 MiB = 2**20
 
@@ -173,3 +176,47 @@ def test_a_codec_stays_within_the_budget(codec: str, budget_mib: int, interval: 
                           compression=codec)
     assert done.returncode == 0, done.stderr
     growth_within(json.loads(done.stdout.strip().splitlines()[-1]), budget)
+
+
+_PROBED = """
+import json, sys, tempfile
+import blosc2
+import numpy as np
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
+
+def resident_kib(part):  # resident pages of the files mapped from paths containing part
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):
+            inside = len(fields) > 5 and part in fields[5]
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+class Operator:
+    def apply(self, *, t_start, t_end):
+        pass
+parts = ("/numpy/random/", "/blosc2/")
+before = [resident_kib(part) for part in parts]
+AsyncCheckpointer(ArrayCheckpoint([np.zeros(2**16)]), Operator(), Operator(), 30,
+                  interval="auto", memory_budget=2**23, storage=["dram", tempfile.mkdtemp()],
+                  compression=sys.argv[1]).close()
+print(json.dumps(dict(zip(("random", "codec"),
+                          (resident_kib(part) - was for part, was in zip(parts, before))))))
+"""
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_the_codec_probe_runs_no_code_the_caller_has_not(codec: str) -> None:
+    """"auto" prices a codec at construction on a state of random values; drawn with
+    ``numpy.random``, they faulted in its extension modules' code, 1.6 MiB that no budget
+    counts, in a process that had drawn no random numbers before (512 KiB states, zstd,
+    ``["dram", disk]``, 8 MiB: 12.4 MiB grown where 12.1 are allowed). The state is drawn from
+    ``os.urandom`` now: none of that code becomes resident, while the codec's does (it ran)."""
+    pytest.importorskip("blosc2")
+    done = subprocess.run([sys.executable, "-c", _PROBED, codec], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    faulted = json.loads(done.stdout.strip().splitlines()[-1])
+    assert faulted["codec"] > 0 and faulted["random"] == 0, faulted
