@@ -153,10 +153,12 @@ class Planner:
         return capacities
 
     def level1_only(self) -> None:
-        """Revolve in the Level-1 slots alone, with no Level-2 (store-all there, when every
-        state the reverse sweep reads fits)."""
+        """Revolve in the Level-1 slots alone, no Level-2 (store-all where every state
+        fits)."""
         n = self.n_timesteps
         assert n is not None
+        if memory_tier(self.storage) is not None:  # RAM an earlier plan took goes back
+            self._level2("reserve of no state", self.storage.reserve, self.memory.nbytes, 0)
         self.interval = 0
         self._planned = None
         self.schedule = Revolve(n, min(self.l1_slots, n), taping=self.memory.taping)
@@ -181,9 +183,8 @@ class Planner:
                                               taping=self.memory.taping))
 
     def _level2(self, what: str, fn: Callable[..., Any], /, *args: Any) -> Any:
-        """``fn(*args)``, the Level-2 call ``what``, within the deadline (a ``room_for`` is a
-        statvfs, which a hung mount stalls as it does a write); a device's own error is named
-        as a failure of Level-2."""
+        """``fn(*args)``, the Level-2 call ``what``, within the deadline (a hung mount stalls a
+        statvfs too); a device's own error is named as a failure of Level-2."""
         try:
             return self.calls.call(what, fn, *args)
         except CheckpointError:
@@ -192,10 +193,9 @@ class Planner:
             raise TransferError(f"{what} on Level-2 {self.storage!r} failed: {exc!r}") from exc
 
     def _pool_beside_ram_tier(self) -> None:
-        """Before Level-2 reserves room in a tier in RAM that draws nothing from the pool (a
-        file on tmpfs, which its reserve backs at once), let the pool keep no more than the
-        bound leaves beside that room, the slots and the engine's buffers: else the probes'
-        buffers there stay beside the file until the run begins."""
+        """Before Level-2 reserves room in a tier in RAM outside the pool (a tmpfs file, backed
+        at once), let the pool keep at most what the bound leaves beside that room, the slots
+        and the engine's buffers (else the probes' buffers stay beside the file)."""
         bound = self.memory.bound_buffers
         if (bound is None or self.dram is None or not self.memory.on_host
                 or tiers_of(self.storage)[self.dram].draws_from_pool):
@@ -206,8 +206,8 @@ class Planner:
 
     def _check_room(self, interval: int, l2_states: int) -> None:
         """Raise unless Level-2 holds the ``l2_states`` of ``interval``, naming the least
-        interval that fits: :class:`MemoryBudgetError` where the budget is short,
-        :class:`~asyncckpt.StorageFullError` where a device is."""
+        interval that fits (:class:`MemoryBudgetError`, or :class:`~asyncckpt.StorageFullError`
+        where a device is short)."""
         room = _room(self.capacities(self.l1_slots))
         if room is None or room >= l2_states:
             return

@@ -269,16 +269,14 @@ class TieredStorage(Storage):
         last = len(self.tiers) - 1
         for index, (tier, capacity, limit) in enumerate(zip(self.tiers, self.capacities,
                                                             self.byte_limits)):
-            if count <= 0:
-                break
-            share = count if capacity is None else min(count, capacity)
+            share = max(0, count if capacity is None else min(count, capacity))
             if limit is not None:
                 share = min(share, limit // padded(nbytes))
-            room = tier.room_for(nbytes) if index < last else None
+            room = tier.room_for(nbytes) if index < last and share else None
             if room is not None:
                 share = min(share, room)
-            if share:
-                tier.reserve(nbytes, share)
+            # a tier given no share is told so: one in RAM gives back an earlier plan's room
+            tier.reserve(nbytes, share)
             count -= share
 
     def close(self) -> None:

@@ -220,3 +220,43 @@ def test_the_codec_probe_runs_no_code_the_caller_has_not(codec: str) -> None:
     assert done.returncode == 0, done.stderr
     faulted = json.loads(done.stdout.strip().splitlines()[-1])
     assert faulted["codec"] > 0 and faulted["random"] == 0, faulted
+
+
+@pytest.mark.parametrize("tiered", [False, True])
+def test_a_plan_without_level2_holds_no_file_in_ram(tiered: bool, shm_dir: Path,
+                                                    disk_dir: Path) -> None:
+    """A tmpfs file an earlier plan reserved (kept from a closed checkpointer, or reserved by a
+    run of this one) is given back by a plan that runs Revolve in Level-1 alone, which gives
+    every byte of the budget to slots: it held 20 MiB beside 40 MiB of slots under a 40 MiB
+    budget. A tier given no share of a plan's states gives its room back too."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from workloads import Forward, RecurrentCell, Reverse, forward_reverse, store_all_reference
+
+    from asyncckpt import AsyncCheckpointer
+    from asyncckpt.storage import FileStorage, TieredStorage, release_files
+    from asyncckpt.storage.kept import kept_ram_bytes
+
+    release_files()
+    cell = RecurrentCell(40, batch=256, hidden=512)  # states of 2 MiB
+    reference = store_all_reference(cell)
+
+    def ram_file(storage) -> int:
+        return (storage.tiers[0] if tiered else storage).nbytes_held
+
+    # your own tiers, given to one checkpointer after another; or a directory, whose file the
+    # first one keeps at close for the next
+    storage = (TieredStorage([FileStorage(shm_dir), FileStorage(disk_dir)])
+               if tiered else str(shm_dir))
+    try:
+        for interval, held in ((4, 10 * (2 * MiB)), (0, 0)):
+            with AsyncCheckpointer(cell, Forward(cell), Reverse(cell), 40, interval=interval,
+                                   memory_budget=40 * MiB, storage=storage) as ckp:
+                gradients = forward_reverse(cell, ckp)
+                assert all((a == b).all() for a, b in zip(gradients, reference))
+                assert ram_file(ckp.storage) == held, (interval, ram_file(ckp.storage) / MiB)
+            if not tiered:
+                assert kept_ram_bytes() == held
+    finally:
+        if tiered:
+            storage.close()
+        release_files()
