@@ -264,6 +264,9 @@ class AutoPlanner:
         if interval == 0:
             planner.level1_only()  # Revolve in the Level-1 slots alone: no Level-2 at all
         else:
+            # the slots the last plan made beyond this one's go before Level-2 reserves its
+            # room (a tmpfs file is backed at once: 40 MiB of slots beside 30 MiB of it)
+            self.level1.shed(planner.l1_slots)
             planner.with_interval(interval)
             n = planner.n_timesteps
             if planner.adaptive and n is not None:

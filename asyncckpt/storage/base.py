@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._memory.buffers import padded
 from ..errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Storage", "WrapperStorage"]
@@ -75,6 +76,12 @@ class Storage(abc.ABC):
         """Buffers of this process's memory kept, already touched, for the next states of
         ``nbytes`` bytes: what a run reuses without faulting fresh memory in (default 0)."""
         return 0
+
+    def footprint(self, nbytes: int) -> int:
+        """Bytes a state of ``nbytes`` occupies here: page-padded (default), or a whole record
+        in a backend of fixed-size records (a compressed state in a file reserved for full
+        ones). Tiers bound by bytes charge this, not the state's own size."""
+        return padded(nbytes)
 
     def shed(self, keep_bytes: int) -> None:
         """Let spare buffers go (to the process pool) until at most ``keep_bytes`` of this
@@ -274,6 +281,9 @@ class WrapperStorage(Storage):
 
     def spares(self, nbytes: int) -> int:
         return self.inner.spares(nbytes)
+
+    def footprint(self, nbytes: int) -> int:
+        return self.inner.footprint(nbytes)
 
     def shed(self, keep_bytes: int) -> None:
         self.inner.shed(keep_bytes)

@@ -165,6 +165,10 @@ class FileRecords(Storage):
         return stat.f_bavail * stat.f_frsize
 
 
+    def footprint(self, nbytes: int) -> int:
+        """A record: a smaller state than the file's records are made for takes a whole one."""
+        return max(padded(nbytes), self._record)
+
     def room_for(self, nbytes: int) -> int | None:
         """States of ``nbytes`` the file holds now and the device's free space adds."""
         with self._lock:

@@ -163,13 +163,16 @@ class TieredStorage(Storage):
                 and (full_at is None or held < full_at))
 
     def _place(self, key: int, call: str, nbytes: int) -> int:
-        size = padded(nbytes)
         with self._lock:
             if self._closed:
                 raise StorageError(f"TieredStorage.{call}({key}): the storage is closed")
             if key in self._tier_of:
                 raise StorageKeyError(f"TieredStorage.{call}({key}): key already stored")
             for index in range(len(self.tiers)):
+                # what the state occupies there: a compressed state in a file of records
+                # made for full ones takes a whole record (counted at its own size, a tmpfs
+                # tier under a 48 MiB budget held 114 MiB)
+                size = self._tiers[index].footprint(nbytes)
                 if self._has_room(index, size):
                     self._held[index] += 1
                     self._held_bytes[index] += size
