@@ -229,7 +229,6 @@ def test_a_plan_without_level2_holds_no_file_in_ram(tiered: bool, shm_dir: Path,
     run of this one) is given back by a plan that runs Revolve in Level-1 alone, which gives
     every byte of the budget to slots: it held 20 MiB beside 40 MiB of slots under a 40 MiB
     budget. A tier given no share of a plan's states gives its room back too."""
-    sys.path.insert(0, str(ROOT / "tests"))
     from workloads import Forward, RecurrentCell, Reverse, forward_reverse, store_all_reference
 
     from asyncckpt import AsyncCheckpointer

@@ -648,11 +648,11 @@ def test_a_light_plans_run_under_its_price_does_not_cancel_what_a_heavy_plan_tau
     # runs that moved about as many states tell no line apart from their noise: one ratio
     close = IntervalTuner(400, 4, 2, inline=False, taping=True, tw=1e-4, tr=1e-4, tc=1e-4,
                           tf=1e-3, tb=2e-3, runs=1, tx=1e-4)
-    heavy = close.price(4, 2)
+    priced = close.price(4, 2)
     for transfers, missed in ((199, 0.4), (180, 0.2)):
         ran = Stats(n_timesteps=400, l1_slots=4, interval=2)
         ran.forward_steps, ran.l2_writes, ran.l2_reads = 800, transfers, transfers
-        ran.forward_s = heavy + missed
+        ran.forward_s = priced + missed
         close.learn_residual(ran, None)
     assert close.missed.fit(0.0) == (0.0, pytest.approx((RUN_DECAY * 0.4 + 0.2)
                                                         / (RUN_DECAY * 398 + 360)))
