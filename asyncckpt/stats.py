@@ -103,7 +103,9 @@ class Stats:
         With ``interval="auto"``: the measured costs and the model's prediction; after the
         reverse sweep also ``measured_over_predicted`` and ``step_drift``, a forward step's
         cost in the run's second half over its first (beyond 1.5 or below 1/1.5 the run taught
-        its mean step and no contention; None for a run of unknown n).
+        its mean step and no contention; None for a run of unknown n), and ``doubted``, whether
+        the run took more than 1.3 times its prediction and waits for the next to confirm what
+        it measured (docs/model.md).
     """
 
     n_timesteps: int = 0

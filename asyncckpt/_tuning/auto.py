@@ -24,7 +24,7 @@ from .._memory.pool import POOL
 from .choice import Plan, cheapest_near_fastest, explored, fastest_once_warm
 from .cost_memory import COSTS, agree_costs
 from .plans import PRICED_INTERVALS, candidate_plans, codec_choices, log_plans
-from .tuner import CallFit, IntervalTuner
+from .tuner import CallFit, Completed, IntervalTuner
 from ..stats import Stats
 from ..storage import CompressedStorage, Storage, memory_tier, tiers_of
 
@@ -69,10 +69,8 @@ class AutoPlanner:
     slots_fixed : bool
         Whether the user gave ``l1_slots`` (else a budget's split is chosen too).
     compressor : CompressedStorage or None
-        Level-2's codec, where it has one: it compresses the states of every run, or with
-        ``compress_auto`` of the runs whose plan the model predicts faster compressed (in
-        the others, every :data:`SAMPLE_EVERY`-th state or :data:`SAMPLES_PER_RUN` over the
-        run, to measure the codec on them).
+        Level-2's codec, if any: it compresses every run's states, or with ``compress_auto``
+        those of runs whose plan is priced faster compressed (and samples the others').
     """
 
     #: with ``compression="auto"``, the codec runs on some states of a run that does not
@@ -173,17 +171,21 @@ class AutoPlanner:
             raise
 
     def after_run(self, stats: Stats, fit: CallFit) -> None:
-        """Learn the completed run's costs and remember them for the process."""
+        """Learn the completed run's costs (or hold a doubtful run's: see
+        :meth:`~asyncckpt._tuning.tuner.IntervalTuner.take`) and remember them."""
         predicted = stats.calibration.get("predicted_total_s")
+        over = None
         if predicted:
             stats.calibration["measured_over_predicted"] = stats.total_s / predicted
+            # the slowest rank's: every rank holds or learns the same runs, so prices agree
+            over = self.ranks.max(stats.total_s / predicted)
         # a step's cost in the run's second half over its first (see costs.DRIFT)
         stats.calibration["step_drift"] = fit.drift(self.tuner.tcall)
-        self.tuner.learn(stats, fit)
         planner = self.planner
-        if planner.n_timesteps is not None and not planner.adaptive:
-            self.tuner.learn_residual(stats, planner.capacities(stats.l1_slots),
-                                      compressed=self._compressed)
+        priced = planner.n_timesteps is not None and not planner.adaptive
+        run = Completed(stats, fit, over, priced, planner.capacities(stats.l1_slots) if priced
+                        else None, self._compressed)
+        stats.calibration["doubted"] = not self.tuner.take(run)
         if self.planner.n_timesteps is None:
             self.tuner.n_steps = stats.n_timesteps  # the next run's best guess of n
         COSTS.keep(self.key, self.tuner)

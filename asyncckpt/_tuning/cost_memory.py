@@ -47,7 +47,7 @@ class CostMemory:
         recalled = deepcopy(tuner)
         recalled.quiet, recalled.busy = known.quiet, known.busy
         recalled.runs, recalled.fault_s, recalled.tx = known.runs, known.fault_s, known.tx
-        recalled.misses = known.misses
+        recalled.misses, recalled.doubted = known.misses, known.doubted
         if known.codec is not None:
             recalled.codec = known.codec
         recalled.transfers = replace(

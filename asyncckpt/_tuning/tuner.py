@@ -11,7 +11,8 @@ adjoint code evaluates many gradients) and predicts each run with the faults it 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from copy import deepcopy
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from schedules.model import CodecCosts, IntervalChoice
@@ -23,7 +24,38 @@ from .pricing import PRIOR_TX_COPIES, Pricing
 from .residual import Residual
 
 __all__ = ["CallFit", "RunMean", "IntervalTuner", "Plan", "NEAR_TIE", "RUN_DECAY", "LOADED",
-           "PRIOR_TRANSFERS", "PRIOR_TX_COPIES", "fastest_once_warm", "cheapest_near_fastest"]
+           "PRIOR_TRANSFERS", "PRIOR_TX_COPIES", "fastest_once_warm", "cheapest_near_fastest",
+           "DOUBT", "Completed"]
+
+#: A run that took more than this many times its prediction teaches nothing alone: it waits for
+#: the next run to take as much beyond its own (then both are learned) or not (then it is
+#: dropped). A plan priced too dear is not run again to correct it, where one priced too cheap
+#: is: one run of interval 6 slowed by the shared machine to 1.49 times its price priced every
+#: plan with Level-2 above Revolve for the rest of the gradients, 15% slower (Devito 3D,
+#: 79x57x67 at 1% of the states). 1.3 is beyond 96% of the runs after the first that
+#: bench_devito recorded (282 runs, median 1.05).
+DOUBT = 1.3
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A completed run as the tuner learns from it: its :class:`Stats`, its forward calls
+    (``fit``), the seconds it took over its prediction (``over``: the largest over the ranks;
+    None: not predicted), and for a plan of known n priced whole (not adaptive) the Level-2
+    capacities and codec its price is taken at (``priced``)."""
+
+    stats: Any
+    fit: CallFit
+    over: float | None
+    priced: bool
+    capacities: Sequence[int | None] | None = None
+    compressed: bool = False
+
+    @property
+    def doubtful(self) -> bool:
+        """Whether the run took more than :data:`DOUBT` times its prediction (a run that
+        probed, priced from the probes, is never doubted)."""
+        return self.over is not None and self.over > DOUBT and not self.stats.probe_steps
 
 
 class IntervalTuner(Pricing):
@@ -32,6 +64,25 @@ class IntervalTuner(Pricing):
     tuner takes them from the probes of a first run (:meth:`probed`) and revises them from
     every completed run (:meth:`learn`, :meth:`learn_residual`).
     """
+
+    #: a run beyond :data:`DOUBT` of its prediction that waits for the next to confirm it
+    doubted: Completed | None = None
+
+    def take(self, run: Completed) -> bool:
+        """Learn from ``run`` (:meth:`learn`, and :meth:`learn_residual` where it was priced)
+        unless it is the first in a row beyond :data:`DOUBT` of its prediction: that one is
+        held until the next run, which learns it too where it also went beyond, else drops
+        it. Returns whether ``run`` was learned."""
+        held, self.doubted = self.doubted, None
+        if run.doubtful and held is None:
+            self.doubted = replace(run, stats=deepcopy(run.stats))
+            return False
+        for taken in ([held] if run.doubtful and held is not None else []) + [run]:
+            self.learn(taken.stats, taken.fit)
+            if taken.priced:
+                self.learn_residual(taken.stats, taken.capacities,
+                                    compressed=taken.compressed)
+        return True
 
     def probed(self, short: float, long: float, steps: int) -> None:
         """Take tcall and tf from a call of one step (``short`` seconds) and one of ``steps``."""
@@ -88,13 +139,14 @@ class IntervalTuner(Pricing):
             # a probed first run was priced from probes and pays for cold caches and compiled
             # operators besides: what it missed would price its kind of plan out for good
             return
-        known = self.misses
-        self.misses = Residual()
+        known, n_steps = self.misses, self.n_steps
+        # at the run's own n: a held run (see take) may be learned by a checkpointer of another
+        self.misses, self.n_steps = Residual(), stats.n_timesteps
         try:
             predicted = self.price(stats.l1_slots, stats.interval, capacities, fresh=False,
                                    compressed=compressed)
         finally:
-            self.misses = known
+            self.misses, self.n_steps = known, n_steps
         # the steps the model prices at tf or tb: a taping reverse step's forward call is
         # counted in forward_steps and priced in tb
         steps = stats.forward_steps + (0 if self.taping else stats.reverse_steps)

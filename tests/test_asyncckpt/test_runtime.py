@@ -274,11 +274,16 @@ def test_auto_interval_calibrates_and_records_its_prediction() -> None:
             assert ckp.stats.probe_steps == (10 if run_number == 0 else 0)
             assert model.trace.forward_steps() == ckp.stats.forward_steps == simulate(
                 ckp.schedule).forward_steps + ckp.stats.probe_steps
+            # the first run probed: priced from the probes, it is never doubted
+            doubted = calibration["doubted"]
+            assert doubted is False or run_number == 1
     assert "interval='auto'" in repr(ckp)
     # the next checkpointer of the same operators and state size starts from what was learned
     with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3) as ckp:
         assert_bit_identical(forward_reverse(model, ckp), reference)
-        assert ckp.stats.probe_steps == 0 and ckp.stats.calibration["learned_runs"] == 2
+        # (a second run beyond DOUBT times its prediction waits for the next to confirm it)
+        learned = 1 if doubted else 2
+        assert ckp.stats.probe_steps == 0 and ckp.stats.calibration["learned_runs"] == learned
 
 
 @pytest.mark.parametrize("slots, interval, taping", [(12, "auto", True), (12, "auto", False),

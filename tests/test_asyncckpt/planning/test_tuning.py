@@ -10,9 +10,9 @@ import pytest
 from asyncckpt._tuning.choice import EXPLORE, explored
 from asyncckpt._tuning.cost_memory import AGREED_LARGEST, CostMemory, agree_costs
 from asyncckpt._tuning.residual import Missed
-from asyncckpt._tuning.tuner import (NEAR_TIE, PRIOR_TRANSFERS, PRIOR_TX_COPIES, RUN_DECAY,
-                                       CallFit, IntervalTuner, Plan, RunMean,
-                                       cheapest_near_fastest, fastest_once_warm)
+from asyncckpt._tuning.tuner import (DOUBT, NEAR_TIE, PRIOR_TRANSFERS, PRIOR_TX_COPIES,
+                                       RUN_DECAY, CallFit, Completed, IntervalTuner, Plan,
+                                       RunMean, cheapest_near_fastest, fastest_once_warm)
 from asyncckpt.stats import Stats
 from schedules.model import CodecCosts, Costs, choose_interval
 
@@ -672,3 +672,64 @@ def test_the_next_checkpointer_starts_from_the_residual_the_last_one_learned() -
     assert memory.recall(("key",), fresh()).residual == {False: 2e-4, True: None}
     assert memory.recall(("key",), fresh()).missed == Missed(0.5, 800, 398)
     assert memory.recall(("other",), fresh()).residual == {False: None, True: None}
+
+
+def _run(interval: int, seconds: float, *, over: float | None, probed: bool = False) -> Completed:
+    """A completed run of interval ``interval`` (0: Revolve) that took ``seconds``, ``over``
+    times its prediction."""
+    stats = Stats(n_timesteps=400, l1_slots=4, interval=interval)
+    stats.forward_steps, stats.reverse_steps = 800, 400
+    stats.l2_writes = stats.l2_reads = 0 if interval == 0 else 400 // interval
+    stats.forward_s = seconds
+    stats.probe_steps = 10 if probed else 0
+    fit = CallFit()
+    fit.add(10, 10e-3)
+    return Completed(stats, fit, over, priced=True)
+
+
+def _fresh_tuner(n: int = 400) -> IntervalTuner:
+    return IntervalTuner(n, 4, 2, inline=False, taping=True, tw=1e-4, tr=1e-4, tc=1e-4,
+                         tf=1e-3, tb=2e-3, runs=1, tx=1e-4)
+
+
+def test_one_run_far_beyond_its_prediction_moves_no_price_until_another_confirms_it() -> None:
+    """A plan priced too dear is not run again to correct it: one run slowed by the shared
+    machine (interval 6 at 1.49 times its price) priced every plan with Level-2 above Revolve
+    for the rest of the gradients (Devito 3D, 79x57x67 at 1% of the states)."""
+    tuner = _fresh_tuner()
+    short, revolve = tuner.price(4, 2), tuner.price(4, 0)
+    slow = _run(2, short * 1.5, over=1.5)
+    assert slow.doubtful and not _run(2, short, over=DOUBT).doubtful
+    assert tuner.take(slow) is False
+    assert (tuner.price(4, 2), tuner.price(4, 0), tuner.runs) == (short, revolve, 1)
+    # a run at its price next: the slow one is dropped, the next learned alone
+    again = _fresh_tuner()
+    again.take(_run(2, short, over=1.0))
+    assert tuner.take(_run(2, short, over=1.0)) is True and tuner.doubted is None
+    assert tuner.runs == 2 and tuner.price(4, 2) == pytest.approx(again.price(4, 2))
+    # two in a row: both learned, in their order, as without the doubt
+    confirmed, direct = _fresh_tuner(), _fresh_tuner()
+    second = _run(2, short * 1.4, over=1.4)
+    assert confirmed.take(slow) is False and confirmed.take(second) is True
+    for run in (slow, second):
+        direct.learn(run.stats, run.fit)
+        direct.learn_residual(run.stats, None)
+    assert confirmed.runs == direct.runs == 3
+    assert confirmed.price(4, 2) == pytest.approx(direct.price(4, 2))
+    assert confirmed.price(4, 2) > short * 1.3
+    # a run that probed was priced from the probes: never doubted
+    assert not _run(2, short * 2, over=2.0, probed=True).doubtful
+
+
+def test_the_next_checkpointer_holds_the_run_the_last_one_doubted() -> None:
+    """Devito builds a checkpointer per gradient: a doubted run waits for the next one's, and
+    is priced at its own n where that one's differs (interval 53 of a run of 60 once went to a
+    checkpointer of n = 24, whose model refused it)."""
+    memory = CostMemory()
+    tuner = _fresh_tuner()
+    tuner.take(_run(200, 3.0, over=1.6))
+    memory.keep(("key",), tuner)
+    recalled = memory.recall(("key",), _fresh_tuner(n=100))
+    assert recalled.doubted is not None and recalled.doubted.stats.forward_s == 3.0
+    assert recalled.take(_run(2, 3.0, over=1.6)) is True and recalled.runs == 3
+    assert recalled.n_steps == 100
