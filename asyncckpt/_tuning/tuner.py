@@ -115,8 +115,8 @@ class IntervalTuner(Pricing):
         if drift is not None and not 1 / DRIFT <= drift <= DRIFT:
             self._learn_drifting(stats, fit)
         elif busy:
-            self._learn_contention(stats, fit)
             self.busy.learn(stats, fit, self.quiet)
+            self._learn_contention(stats, fit)
         else:
             self.quiet.learn(stats, fit, self.quiet)
         (self.busy if busy else self.quiet).learn_copies(stats)
@@ -174,9 +174,10 @@ class IntervalTuner(Pricing):
         run's compute divided by a few transfers must not price them as dear as a disk
         write."""
         transfers = stats.l2_writes + stats.l2_reads
-        if self.tf is None or not transfers or not fit.calls:
+        tf, tcall = self._run_step()  # (the run's own, until a run without transfers)
+        if tf is None or not transfers or not fit.calls:
             return
-        extra = fit.seconds - fit.calls * self.tcall - fit.steps * self.tf
+        extra = fit.seconds - fit.calls * (tcall or 0.0) - fit.steps * tf
         if self.measured(0):
             # beyond what copies cost in a run without transfers; the probe's copy, which the
             # cache holds, would charge the transfers for every copy's cold memory
