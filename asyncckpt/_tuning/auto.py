@@ -176,9 +176,9 @@ class AutoPlanner:
         predicted = stats.calibration.get("predicted_total_s")
         over = None
         if predicted:
-            stats.calibration["measured_over_predicted"] = stats.total_s / predicted
+            over = stats.calibration["measured_over_predicted"] = stats.total_s / predicted
             # the slowest rank's: every rank holds or learns the same runs, so prices agree
-            over = self.ranks.max(stats.total_s / predicted)
+            over = self.ranks.max(over)
         # a step's cost in the run's second half over its first (see costs.DRIFT)
         stats.calibration["step_drift"] = fit.drift(self.tuner.tcall)
         planner = self.planner

@@ -74,10 +74,12 @@ class IntervalTuner(Pricing):
         held until the next run, which learns it too where it also went beyond, else drops
         it. Returns whether ``run`` was learned."""
         held, self.doubted = self.doubted, None
-        if run.doubtful and held is None:
+        if not run.doubtful:
+            held = None  # not confirmed: dropped
+        elif held is None:
             self.doubted = replace(run, stats=deepcopy(run.stats))
             return False
-        for taken in ([held] if run.doubtful and held is not None else []) + [run]:
+        for taken in (run,) if held is None else (held, run):
             self.learn(taken.stats, taken.fit)
             if taken.priced:
                 self.learn_residual(taken.stats, taken.capacities,

@@ -164,7 +164,6 @@ class FileRecords(Storage):
         stat = os.fstatvfs(self._fd)
         return stat.f_bavail * stat.f_frsize
 
-
     def footprint(self, nbytes: int) -> int:
         """A record: a smaller state than the file's records are made for takes a whole one."""
         return max(padded(nbytes), self._record)
