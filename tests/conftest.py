@@ -1,6 +1,7 @@
 """Shared fixtures: Level-2 locations on tmpfs and on disk, and a leak check for every test."""
 from __future__ import annotations
 
+import faulthandler
 import os
 import threading
 import time
@@ -12,6 +13,42 @@ SHM = Path("/dev/shm")
 #: this folder (the shared workloads and job scripts), and the project's root
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
+
+
+#: How long past its own timeout a test may run before its process is ended, every thread's
+#: stack printed: pytest-timeout's alarm runs on the main thread, and never runs where a C call
+#: that never returns holds the GIL; faulthandler's watchdog needs no GIL.
+FROZEN_S = float(os.environ.get("ASYNCCKPT_FROZEN_S", 120))
+_STDERR = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_STDERR] = os.dup(2)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    os.close(config.stash[_STDERR])
+
+
+def _timeout(item: pytest.Item) -> float:
+    """pytest-timeout's seconds for ``item`` (0: none): its marker's, else --timeout's or
+    the ini file's."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        return float(marker.args[0] if marker.args else marker.kwargs["timeout"])
+    return float(item.config.getoption("timeout", None) or item.config.getini("timeout") or 0)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    timeout = _timeout(item)
+    if timeout > 0:
+        faulthandler.dump_traceback_later(timeout + FROZEN_S, exit=True,
+                                          file=item.config.stash[_STDERR])
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def asyncckpt_threads() -> list[str]:
