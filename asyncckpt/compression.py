@@ -139,6 +139,10 @@ class BloscCodec(Codec):
         filters = {"byte": blosc2.Filter.SHUFFLE, "bit": blosc2.Filter.BITSHUFFLE,
                    None: blosc2.Filter.NOFILTER}
         self._blosc2 = blosc2
+        # One thread a call, never Blosc's own pool: a context of more threads starts its pool
+        # on each call and joins it in blosc2_free_ctx with the GIL held, where nothing (a
+        # test's timeout, Ctrl-C) can interrupt a join that never returns. The I/O threads
+        # run the codec beside the computation already.
         self._cparams = {"codec": blosc2.Codec[cname.upper()], "clevel": clevel,
                          "filters": [filters[shuffle]], "typesize": typesize, "nthreads": 1}
 
@@ -148,7 +152,7 @@ class BloscCodec(Codec):
         return self._blosc2.compress2(data, **self._cparams)
 
     def decode(self, packed: np.ndarray, out: np.ndarray) -> None:
-        written = self._blosc2.decompress2(packed, dst=out)
+        written = self._blosc2.decompress2(packed, dst=out, nthreads=1)
         if written not in (None, out.nbytes):
             raise ValueError(f"decompressed {written} bytes, expected {out.nbytes}")
 

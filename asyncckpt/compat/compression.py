@@ -55,14 +55,15 @@ def _raw_out(params: dict[str, Any], packed: CompressedObject) -> np.ndarray:
 def _blosc_in(params: dict[str, Any], array: np.ndarray) -> CompressedObject:
     import blosc2
     array = np.ascontiguousarray(array)
-    data = blosc2.compress(array, typesize=array.dtype.itemsize, codec=blosc2.Codec.LZ4,
-                           filter=blosc2.Filter.SHUFFLE)
+    # one thread a call, as asyncckpt's BloscCodec (see its comment)
+    data = blosc2.compress2(array, typesize=array.dtype.itemsize, codec=blosc2.Codec.LZ4,
+                            filters=[blosc2.Filter.SHUFFLE], nthreads=1)
     return CompressedObject(data, shape=array.shape, dtype=array.dtype)
 
 
 def _blosc_out(params: dict[str, Any], packed: CompressedObject) -> np.ndarray:
     import blosc2
-    raw = blosc2.decompress(bytes(packed.data))
+    raw = blosc2.decompress2(bytes(packed.data), nthreads=1)
     return np.frombuffer(raw, dtype=packed.dtype).reshape(packed.shape)
 
 
