@@ -115,8 +115,10 @@ def test_a_small_tmpfs_tier_fills_and_the_rest_go_to_the_disk(
             for got, want in zip(gradients, reference, strict=True):
                 assert got.tobytes() == want.tobytes(), run
             tiers, writes = ckp.stats.l2_tiers, ckp.stats.l2_writes
-            # 20 MiB, less what the filesystem keeps
-            assert 1 <= tiers[0]["writes"] <= 10, (run, ckp.plan, tiers, ckp.stats.calibration)
+            # 20 MiB, less what the filesystem keeps; the first tier fills first, where the
+            # run wrote at all ("auto" may run Revolve in the slots alone: it is priced so)
+            assert (1 if writes else 0) <= tiers[0]["writes"] <= 10, \
+                (run, ckp.plan, tiers, ckp.stats.calibration)
             assert tiers[0]["writes"] + tiers[1]["writes"] == writes
             if writes > 10:
                 assert tiers[1]["writes"] > 0
