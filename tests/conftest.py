@@ -1,4 +1,5 @@
-"""Shared fixtures: Level-2 locations on tmpfs and on disk, and a leak check for every test."""
+"""Shared fixtures: Level-2 locations on tmpfs and on disk, a leak check for every test, and a
+watchdog that ends a frozen test's process."""
 from __future__ import annotations
 
 import faulthandler
