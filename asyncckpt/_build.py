@@ -26,6 +26,7 @@ from .errors import UsageError
 from .storage import CompressedStorage, Storage, in_host_memory, level2_spec, open_level2
 from ._tuning.auto import AutoPlanner
 from ._planning.budget import MemoryPlan, check_node_holds
+from ._planning.devito_ring import live_ring
 from ._tuning.calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
 from ._planning.options import Options
 from ._planning.plan import Planner
@@ -250,7 +251,8 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
         calls=calls)
     if isinstance(engine, ResumableEngine):
         engine.keep_states = options.keep_forward
-    interpreter = Interpreter(checkpoint, nbytes, dtype, fwd, rev, engine, level1, ranks)
+    ring = live_ring(checkpoint, fwd, rev) if link.device is None else None
+    interpreter = Interpreter(checkpoint, nbytes, dtype, fwd, rev, engine, level1, ranks, ring)
     run.attach(engine, interpreter)
     meter = RunMeter(engine, level1, interpreter, storage, link)
     auto = None
@@ -272,6 +274,7 @@ def _assemble(options: Options, memory: MemoryPlan, *, slots: int, in_level1: bo
             engine=engine,
             link=link, ranks=ranks, on_host=link.device is None, compressor=compressor,
             compress_auto=options.compress_auto, level2_required=options.run_dir is not None)
+        auto.tuner.slack = 0 if ring is None else ring.slack  # loads it prices as kept
         if memory.n_timesteps == 1:
             planner.with_interval(1)
     runs = Runs(planner, auto, engine, interpreter, meter, ranks, run, taping=options.taping,

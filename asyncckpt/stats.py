@@ -40,6 +40,10 @@ class Stats:
     copies, copy_s : int, float
         In-memory copies of a state on the caller's thread (stores and loads of Level-1 slots,
         staging copies, loads of prefetched states) and the seconds they took.
+    loads_kept : int
+        Loads of a state the live arrays already held, which copied nothing: a Devito field
+        is a ring of time levels, and a forward step from u_t leaves u_t's rows as they were
+        (proven from the operators; docs/devito.md).
     descriptor_s : float
         Seconds inside the checkpoint's ``get_data`` and ``get_data_location``, called once per
         copy (Devito's descriptor slices its time buffer in Python: tens of microseconds).
@@ -119,6 +123,7 @@ class Stats:
     forward_calls: int = 0
     probe_steps: int = 0
     copies: int = 0
+    loads_kept: int = 0
     copy_s: float = 0.0
     descriptor_s: float = 0.0
     l2_writes: int = 0

@@ -20,6 +20,11 @@ class Costs:
     ``tx`` is what each Level-2 transfer takes from the compute beside it while the I/O thread
     moves it (memory bandwidth, caches, the other core), paid on the main thread: a schedule
     that moves fewer states runs its steps and copies nearer their cost alone.
+
+    ``slack`` is not a cost but what the state's arrays keep: the forward steps from u_t after
+    which they still hold u_t (a ring of time levels with that many rows beyond a state's, as
+    Devito's buffered fields have 1), so that loading u_t then copies nothing
+    (:func:`schedules.revolve.loads_kept`). 0: every load copies.
     """
 
     tf: float
@@ -30,8 +35,12 @@ class Costs:
     nbytes: int = 0
     tcall: float = 0.0
     tx: float = 0.0
+    slack: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.slack, int) or isinstance(self.slack, bool) or self.slack < 0:
+            raise InvalidValueError(f"Costs.slack must be an int >= 0 (forward steps after "
+                                    f"which u_t's arrays still hold it), got {self.slack!r}")
         for name in ("tf", "tb", "tw", "tr", "tc", "tcall", "tx"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):

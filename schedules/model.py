@@ -24,7 +24,7 @@ from typing import Protocol
 from ._args import check_int
 from ._errors import InvalidValueError
 from .costs import CodecCosts, Costs, Level2Tier, Prediction
-from .revolve import checkpoints_taken, optimal_recomputations
+from .revolve import checkpoints_taken, loads_kept, optimal_recomputations
 from .timeline import simulate_times
 
 __all__ = [
@@ -60,12 +60,14 @@ class _Counts:
 
 
 @functools.lru_cache(maxsize=1 << 16)  # "auto" prices thousands of plans over few ranges
-def _range_counts(length: int, snaps: int, taping: bool, *, reaches_end: bool) -> _Counts:
+def _range_counts(length: int, snaps: int, taping: bool, slack: int, *,
+                  reaches_end: bool) -> _Counts:
     """Counts of :func:`schedules.revolve.reverse_range` over ``length`` steps from a stored start
     (or of :func:`~schedules.revolve.forward_then_reverse` with ``reaches_end``: the live state
     is the start on entry and the range's forward part runs to u_n first).
 
-    Every reverse step but the last is followed by a load; with taping each loop of the
+    Every reverse step but the last is followed by a load, but for those that find the state
+    held (``slack``, :func:`~schedules.revolve.loads_kept`); with taping each loop of the
     generator advances once, and without, every loop but the reverse of a range's start does
     (each store opens one more range).
     """
@@ -73,13 +75,14 @@ def _range_counts(length: int, snaps: int, taping: bool, *, reaches_end: bool) -
         length += 1  # the fictitious step n, whose reverse is dropped
     stores = checkpoints_taken(length, snaps)
     loads = length - 1 if reaches_end else length
+    kept = loads_kept(length, snaps, slack, taping) if slack else 0
     if taping:
         steps = length + optimal_recomputations(length, snaps)
         calls = stores + length
     else:
         steps = optimal_recomputations(length, snaps)
         calls = length - 1
-    return _Counts(steps, calls, stores + loads)
+    return _Counts(steps, calls, stores + loads - kept)
 
 
 def predict_store_all(n_steps: int, costs: Costs, *, taping: bool = True) -> Prediction:
@@ -99,7 +102,7 @@ def predict_revolve(n_steps: int, snaps: int, costs: Costs, *, taping: bool = Tr
     touches first: at most n)."""
     n = check_int("n_steps", n_steps, 1)
     snaps = check_int("snaps", snaps, 1)
-    counts = _range_counts(n, snaps, taping, reaches_end=True)
+    counts = _range_counts(n, snaps, taping, costs.slack, reaches_end=True)
     faults = 0.0 if fresh is None else fresh.slots_s(min(snaps, n))
     total = counts.seconds(costs, n) + costs.tc + faults  # u_0's store is not in the range
     forward = n * costs.tf + costs.tcall + faults
@@ -137,8 +140,8 @@ def _async_multistage(n: int, interval: int, l1_slots: int, costs: Costs, tw: fl
     forward = (count - 1) * costs.advance(interval) + last * costs.tf \
         + level2_stores * (costs.tc + costs.tx) + write_stall
 
-    full = _range_counts(interval, snaps, taping, reaches_end=False)
-    last_counts = _range_counts(last, snaps, taping, reaches_end=True)
+    full = _range_counts(interval, snaps, taping, costs.slack, reaches_end=False)
+    last_counts = _range_counts(last, snaps, taping, costs.slack, reaches_end=True)
     full_s = full.seconds(costs, interval)
     last_s = last_counts.seconds(costs, last) - last * costs.tf  # its forward part is above
     # the first prefetch waits behind the writes still queued at the end of the forward sweep

@@ -21,6 +21,7 @@ __all__ = [
     "optimal_recomputations",
     "optimal_forward_steps",
     "untaped_forward_steps",
+    "loads_kept",
 ]
 
 
@@ -133,6 +134,46 @@ def checkpoints_taken(n_steps: int, snaps: int) -> int:
             _STORES[key] = 1 + _STORES[parts[0]] + _STORES[parts[1]]
         pending.pop()
     return _STORES[(n_steps, snaps)]
+
+
+#: Memo of :func:`loads_kept`, cleared with ``_STORES``'s limit.
+_KEPT: dict[tuple[int, int, int, bool], int] = {}
+
+
+def loads_kept(n_steps: int, snaps: int, slack: int, taping: bool) -> int:
+    """The loads of :func:`reverse_range` over ``n_steps`` steps with ``snaps`` slots that find
+    the live state still holding the state they load, where a forward call of at most
+    ``slack`` steps leaves its start state held (a ring of time levels with ``slack`` rows
+    beyond a state's: Devito's buffered fields have 1).
+
+    Such a load follows an advance from the range's start straight to the step reversed next
+    (the split of a range of 2 steps, or of any length with one slot). Exact for ``slack`` 1;
+    beyond it, a lower bound (a range reopened after its right part may find its start held).
+    """
+    if len(_KEPT) > _MEMO_LIMIT:
+        _KEPT.clear()
+    pending = [(n_steps, snaps)]
+    while pending:
+        steps, slots = pending[-1]
+        key = (steps, slots, slack, taping)
+        if key in _KEPT:
+            pending.pop()
+            continue
+        if steps <= 2 or slots == 1:
+            # reversing steps ... 2, 1: before the load of the start, an advance of l - 1
+            # steps (l with taping) for a range of l steps left
+            longest = slack if taping else slack + 1
+            _KEPT[key] = max(0, min(steps, longest) - 1)
+        else:
+            advance = _split(steps, slots)
+            parts = [(advance, slots), (steps - advance, slots - 1)]
+            missing = [part for part in parts if (*part, slack, taping) not in _KEPT]
+            if missing:
+                pending.extend(missing)
+                continue
+            _KEPT[key] = sum(_KEPT[(*part, slack, taping)] for part in parts)
+        pending.pop()
+    return _KEPT[(n_steps, snaps, slack, taping)]
 
 
 def reverse_range(

@@ -20,7 +20,8 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
 
     Stores to Level-2 take a staging buffer (the main thread waits for the earliest write to end
     when none is free); prefetches queue on the channels behind earlier transfers and after the
-    write of their own state; a load from Level-2 waits for its prefetch.
+    write of their own state; a load from Level-2 waits for its prefetch. A load of the state
+    the live arrays still hold (``costs.slack``) costs nothing.
     """
     channel_free = [0.0] * channels
     heapq.heapify(channel_free)
@@ -31,6 +32,7 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
     arrives: dict[int, float] = {}
     write_stall = read_stall = 0.0
     steps = 0
+    live = _Live(costs.slack)
 
     def transfer(ready: float, cost: float) -> float:
         start = max(heapq.heappop(channel_free), ready)
@@ -43,6 +45,7 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
             case Advance(start=begin, end=end):
                 steps += end - begin
                 now += costs.advance(end - begin)
+                live.advanced(begin, end)
             case Reverse():
                 now += costs.adjoint
             case Store(step=step, tier=Tier.L2):
@@ -53,19 +56,24 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
                     now = earliest
                     in_flight.remove(earliest)
                 now += costs.tc + costs.tx
+                live.hold(step)
                 done = transfer(now, costs.tw)
                 in_flight.append(done)
                 written[step] = done
-            case Store():
+            case Store(step=step):
                 now += costs.tc
+                live.hold(step)
             case Prefetch(step=step):
                 arrives[step] = transfer(max(now, written.get(step, 0.0)), costs.tr)
                 now += costs.tx
+            case Load(step=step) if live.holds(step):
+                pass
             case Load(step=step, tier=tier):
                 if tier is Tier.L2 and arrives[step] > now:
                     read_stall += arrives[step] - now
                     now = arrives[step]
                 now += costs.tc
+                live.hold(step)
             case Free(step=step, tier=Tier.L2):
                 arrives.pop(step, None)
             case Free():
@@ -80,3 +88,23 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
     forward_end = now if forward_end is None else forward_end
     return Prediction("simulated", now, forward_end, now - forward_end, steps, write_stall,
                       read_stall)
+
+
+class _Live:
+    """Which states the live arrays hold, where a forward call of at most ``slack`` steps leaves
+    its start held: a state as one level in a ring of ``slack + 1`` rows (0: none tracked)."""
+
+    def __init__(self, slack: int) -> None:
+        self.rows = slack + 1
+        self.levels: dict[int, int] = {}
+
+    def holds(self, step: int) -> bool:
+        return self.rows > 1 and self.levels.get(step % self.rows) == step
+
+    def hold(self, step: int) -> None:
+        self.levels[step % self.rows] = step
+
+    def advanced(self, begin: int, end: int) -> None:
+        self.hold(begin)
+        for t in range(max(begin, end - self.rows), end):
+            self.levels[(t + 1) % self.rows] = t + 1

@@ -31,6 +31,7 @@ from .engine import TransferEngine
 from .in_place import InPlaceCheck
 from .replay import ReplayCheck
 from .level1 import Level1
+from .live_ring import LiveRing
 from .ranks import Ranks, SoloRanks
 from .timing import CallFit
 from ..checkpoint import check_arrays
@@ -62,6 +63,10 @@ class Interpreter:
         rank goes on making the schedule's operator calls without Level-2 (its peers exchange
         halos with it) until the ranks agree on the failure: at an agreement point (see
         :meth:`_boundary`) or at the end of the sweep.
+    ring
+        Where the state's fields are rings of time levels that the operators are proven to
+        keep (:mod:`~asyncckpt._planning.devito_ring`): a load whose rows still hold the
+        state copies nothing.
     """
 
     #: Agreement points per sweep of an MPI run, at most: a failure costs at most the steps
@@ -71,13 +76,14 @@ class Interpreter:
 
     def __init__(self, checkpoint: Any, nbytes: int, dtype: np.dtype, fwd_operator: Any,
                  rev_operator: Any, engine: TransferEngine, level1: Level1,
-                 group: Ranks | None = None) -> None:
+                 group: Ranks | None = None, ring: LiveRing | None = None) -> None:
         self.checkpoint = checkpoint
         self.nbytes, self.dtype = nbytes, dtype
         self.fwd_operator, self.rev_operator = fwd_operator, rev_operator
         self.engine = engine
         self.level1 = level1
         self.group = SoloRanks() if group is None else group
+        self.ring = ring
         self.link = level1.link
         # What the descriptor last returned, as it returned it: holding the objects keeps
         # their ids from being reused, so equal ids mean the same arrays.
@@ -137,6 +143,8 @@ class Interpreter:
         self._expected = self.expected_stores if until is EndForward else self._boundaries
         self._boundaries = 0
         self.replay.begin()
+        if self.ring is not None:
+            self.ring.forget()  # the caller may have written into the arrays between sweeps
         with limit:
             try:
                 self.run(actions, until, stats, fit, trace)
@@ -159,6 +167,7 @@ class Interpreter:
         """Execute ``actions`` up to and including the first of type ``until``, appending each
         to ``trace`` when given."""
         engine, level1, group, replay = self.engine, self.level1, self.group, self.replay
+        ring = self.ring
         fwd, rev = self.fwd_operator, self.rev_operator
         # the reverse sweep compares recomputed states; the forward one may split a call
         replaying = until is EndReverse and replay.enabled
@@ -186,21 +195,34 @@ class Interpreter:
                     if replaying and self._steady and group.failure is None:
                         replay.check(self._known, begin, end,
                                      replay.expected(end, engine.digests.get(end)))
+                    if ring is not None:
+                        if group.failure is None:
+                            ring.advanced(begin, end)
+                        else:
+                            ring.forget()
                 case Reverse(step=step):
                     mark = begin_call()
                     rev.apply(t_start=step, t_end=step + 1)
                     end_call(mark, 0)
                     stats.reverse_steps += 1
+                case Load(step=step) if ring is not None and ring.holds(step):
+                    stats.loads_kept += 1  # the arrays hold u_step: a copy would change nothing
                 case Load(step=step, tier=Tier.L1):
                     level1.load(step, self.arrays(step, into=True), self._known_nbytes)
+                    self._holding(step)
                 case Load(step=step):
+                    if ring is not None:
+                        ring.forget()  # a lost state is rebuilt in the arrays
                     self._level2(self._load, step, stats)
+                    self._holding(step)
                 case Store(step=step, tier=Tier.L1):
                     level1.store(step, self.arrays(step, into=False), self._known_nbytes)
                     stats.l1_peak_slots = max(stats.l1_peak_slots, len(level1.held))
+                    self._holding(step)
                 case Store(step=step):
                     self._level2(self._store, step, stats)
                     self._boundary()
+                    self._holding(step)
                 case Free(step=step, tier=Tier.L1):
                     level1.free(step)
                 case Free(step=step):
@@ -219,6 +241,15 @@ class Interpreter:
                                         f"{until.__name__}")
                 case _:
                     assert_never(action)
+
+    def _holding(self, step: int) -> None:
+        """The arrays hold u_step, loaded or stored: where a rank's failure skips Level-2,
+        maybe not."""
+        if self.ring is not None:
+            if self.group.failure is None:
+                self.ring.hold(step)
+            else:
+                self.ring.forget()
 
     def _store(self, step: int, stats: Stats) -> None:
         self.engine.store(step, self.arrays(step, into=False))

@@ -27,20 +27,21 @@ def devito_protocol(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Pr
 
 
 def _decide(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Protocol:
-    held = {_pointer(f): f for f in checkpoint.objects}
-    written = {_bound(fwd_operator).get(e.write.name) for e in _expressions(fwd_operator.op)
+    held = {pointer(f): f for f in checkpoint.objects}
+    fwd_bound = bound(fwd_operator)
+    written = {fwd_bound.get(e.write.name) for e in expressions(fwd_operator.op)
                if e.write is not None}
-    bound = _bound(rev_operator)
+    rev_bound = bound(rev_operator)
     reads: dict[str, set[int]] = defaultdict(set)
-    for expression in _expressions(rev_operator.op):
+    for expression in expressions(rev_operator.op):
         target = expression.write
-        if target is not None and bound.get(target.name) in held:
+        if target is not None and rev_bound.get(target.name) in held:
             return Protocol(True, f"the reverse writes {target.name}, which the checkpoint holds")
         for access in _accesses(expression.expr.rhs):
-            pointer = bound.get(access.function.name)
-            if pointer in held:
-                reads[held[pointer].name].add(_time_offset(access))
-            elif pointer in written and pointer is not None:
+            address = rev_bound.get(access.function.name)
+            if address in held:
+                reads[held[address].name].add(time_offset(access))
+            elif address in written and address is not None:
                 return Protocol(True, f"the reverse reads {access.function.name}, which the "
                                       "forward writes and the checkpoint does not hold")
     step = rev_operator.start_offset
@@ -59,7 +60,7 @@ def _decide(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Protocol:
                            f"holds {holds}")
 
 
-def _expressions(op: Any) -> list[Any]:
+def expressions(op: Any) -> list[Any]:
     """Every expression of ``op`` and of the functions it calls."""
     from devito.ir.iet import Expression, FindNodes
 
@@ -73,7 +74,7 @@ def _accesses(expr: Any) -> list[Any]:
     return [a for a in retrieve_indexed(expr) if getattr(a.function, "is_TimeFunction", False)]
 
 
-def _bound(operator: Any) -> dict[str, int]:
+def bound(operator: Any) -> dict[str, int]:
     """The data address each of the operator's fields is bound to in its cached arguments."""
     out: dict[str, int] = {}
     for name, value in operator.args.items():
@@ -85,11 +86,11 @@ def _bound(operator: Any) -> dict[str, int]:
     return out
 
 
-def _pointer(field: Any) -> int:
+def pointer(field: Any) -> int:
     return int(field._data.ctypes.data)
 
 
-def _time_offset(access: Any) -> int:
+def time_offset(access: Any) -> int:
     """k of a read of f[time + k] (a buffered field's modulo dimension, or time itself)."""
     index = access.indices[0]
     origin = getattr(index, "origin", index)
@@ -112,12 +113,12 @@ def _held_levels(checkpoint: Any, field: Any, step: int) -> set[int]:
         rows_held = {(int(a.ctypes.data) - int(data.ctypes.data)) // data.strides[0]
                      for a in checkpoint.get_data(t)
                      if 0 <= int(a.ctypes.data) - int(data.ctypes.data) < data.nbytes}
-        relative = {_nearest((row - (t + step)) % rows, rows) for row in rows_held}
+        relative = {nearest((row - (t + step)) % rows, rows) for row in rows_held}
         found = relative if found is None else found & relative
     return found or set()
 
 
-def _nearest(residue: int, rows: int) -> int:
+def nearest(residue: int, rows: int) -> int:
     """The offset in (-rows/2, rows/2] with that residue: -1 rather than 2 in a buffer of 3."""
     return residue - rows if residue > rows // 2 else residue
 

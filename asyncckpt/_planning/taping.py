@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import InvalidTypeError
 from .options import environment, parse_flag
 
-__all__ = ["Protocol", "choose_protocol", "decide_taping"]
+__all__ = ["Protocol", "choose_protocol", "decide_taping", "is_devito", "unwrapped"]
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class Protocol:
 def decide_taping(taping: object, checkpoint: Any, fwd_operator: Any,
                   rev_operator: Any) -> Protocol:
     """The protocol, as :func:`choose_protocol` decides it, logged at INFO."""
-    protocol = choose_protocol(taping, *map(_unwrapped, (checkpoint, fwd_operator, rev_operator)))
+    protocol = choose_protocol(taping, *map(unwrapped, (checkpoint, fwd_operator, rev_operator)))
     log.info("%s: %s", "taping" if protocol.taping else "taping-free", protocol.reason)
     return protocol
 
@@ -58,7 +58,7 @@ def choose_protocol(taping: object, checkpoint: Any, fwd_operator: Any,
             raise InvalidTypeError(f"{type(rev_operator).__name__}.needs_taping must be True or "
                                    f"False, got {declared!r}")
         return Protocol(declared, f"the reverse operator declares needs_taping = {declared}")
-    if _is_devito(checkpoint, fwd_operator, rev_operator):
+    if is_devito(checkpoint, fwd_operator, rev_operator):
         from .devito_reads import devito_protocol
 
         return devito_protocol(checkpoint, fwd_operator, rev_operator)
@@ -66,7 +66,7 @@ def choose_protocol(taping: object, checkpoint: Any, fwd_operator: Any,
                           "needs_taping and is not a Devito operator whose reads can be read")
 
 
-def _is_devito(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> bool:
+def is_devito(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> bool:
     """Devito's ``CheckpointOperator`` pair around ``devito.Operator``s and a checkpoint of
     its fields (``DevitoCheckpoint``), known by duck type (devito is not imported here)."""
     ops = [getattr(op, "op", None) for op in (fwd_operator, rev_operator)]
@@ -75,7 +75,7 @@ def _is_devito(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> bool:
             and isinstance(getattr(checkpoint, "objects", None), (list, tuple)))
 
 
-def _unwrapped(obj: Any) -> Any:
+def unwrapped(obj: Any) -> Any:
     """What ``obj`` wraps, through the ``__wrapped__`` its instances set (as
     :func:`functools.wraps` and compat's wrappers do): never through a ``__getattr__`` that
     answers any name, at most 8 deep."""

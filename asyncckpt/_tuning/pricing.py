@@ -47,11 +47,13 @@ class Pricing:
     floors (:attr:`transfers`); what each transfer takes from the compute beside it
     (:attr:`tx`); the codec's costs (:attr:`codec`); and the price of fresh memory
     (:attr:`fault_s`, :attr:`warm_buffers`, :attr:`in_memory`). Each is readable and settable
-    by its name here (``tf``, ``tf_busy``, ``tw``, ...), to ask the model what it would choose
-    with other costs. ``tw`` and ``tr`` start from a probe through the runtime's own I/O path
-    at construction, ``tf`` and ``tcall`` from a probe of the first run's opening calls; every
-    completed run revises them (see :meth:`~asyncckpt._tuning.tuner.IntervalTuner.learn`).
+    by its name (``tf``, ``tf_busy``, ``tw``, ...), to ask the model what it would choose with
+    other costs. ``tw`` and ``tr`` start from a probe of the runtime's own I/O path, ``tf`` and
+    ``tcall`` from a probe of the first run's opening calls; every completed run revises them
+    (:meth:`~asyncckpt._tuning.tuner.IntervalTuner.learn`).
     """
+
+    slack = 0  #: the ring's slack (schedules.Costs.slack), where it is proven
 
     tf = _Kept("quiet", "tf")
     tcall = _Kept("quiet", "tcall")
@@ -155,8 +157,8 @@ class Pricing:
             tw = codec.write(tw)
             tr = codec.read(tr)
         if self.inline:
-            return Costs(tf=tf, tb=tb, tw=0.0, tr=0.0, tc=tc + (tw + tr) / 2, tcall=tcall)
-        return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall, tx=tx)
+            tw, tr, tc, tx = 0.0, 0.0, tc + (tw + tr) / 2, 0.0
+        return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall, tx=tx, slack=self.slack)
 
     def _tx(self) -> float | None:
         """What a transfer takes from the compute beside it (None: not known)."""

@@ -158,10 +158,11 @@ def test_reverse_after_reaching_t_plus_one_is_rejected_taping_free() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 300), interval=st.integers(1, 300), slots=st.integers(1, 8),
-       taping=st.booleans(), tc=st.sampled_from([0.0, 0.2]), tcall=st.sampled_from([0.0, 0.7]))
-def test_model_prices_the_protocol_exactly(n, interval, slots, taping, tc, tcall) -> None:
+       taping=st.booleans(), tc=st.sampled_from([0.0, 0.2]), tcall=st.sampled_from([0.0, 0.7]),
+       slack=st.sampled_from([0, 1]))
+def test_model_prices_the_protocol_exactly(n, interval, slots, taping, tc, tcall, slack) -> None:
     interval = min(interval, n)
-    costs = Costs(tf=1.0, tb=2.5, tc=tc, tcall=tcall)
+    costs = Costs(tf=1.0, tb=2.5, tc=tc, tcall=tcall, slack=slack)
     closed = predict_async_multistage(n, interval, slots, costs, taping=taping)
     event = simulate_times(AsyncMultistage(n, interval, slots, taping=taping), costs)
     assert closed.total_s == pytest.approx(event.total_s, rel=1e-9)
