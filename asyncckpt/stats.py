@@ -43,7 +43,7 @@ class Stats:
     loads_kept : int
         Loads of a state the live arrays already held, which copied nothing: a Devito field
         is a ring of time levels, and a forward step from u_t leaves u_t's rows as they were
-        (proven from the operators; docs/devito.md).
+        (proven from the operators; docs/migration.md).
     descriptor_s : float
         Seconds inside the checkpoint's ``get_data`` and ``get_data_location``, called once per
         copy (Devito's descriptor slices its time buffer in Python: tens of microseconds).
