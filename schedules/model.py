@@ -75,7 +75,7 @@ def _range_counts(length: int, snaps: int, taping: bool, slack: int, *,
         length += 1  # the fictitious step n, whose reverse is dropped
     stores = checkpoints_taken(length, snaps)
     loads = length - 1 if reaches_end else length
-    kept = loads_kept(length, snaps, slack, taping) if slack else 0
+    kept = loads_kept(length, snaps, slack, taping, ends_forward=reaches_end) if slack else 0
     if taping:
         steps = length + optimal_recomputations(length, snaps)
         calls = stores + length

@@ -140,7 +140,8 @@ def checkpoints_taken(n_steps: int, snaps: int) -> int:
 _KEPT: dict[tuple[int, int, int, bool], int] = {}
 
 
-def loads_kept(n_steps: int, snaps: int, slack: int, taping: bool) -> int:
+def loads_kept(n_steps: int, snaps: int, slack: int, taping: bool,
+               ends_forward: bool = False) -> int:
     """The loads of :func:`reverse_range` over ``n_steps`` steps with ``snaps`` slots that find
     the live state still holding the state they load, where a forward call of at most
     ``slack`` steps leaves its start state held (a ring of time levels with ``slack`` rows
@@ -149,7 +150,22 @@ def loads_kept(n_steps: int, snaps: int, slack: int, taping: bool) -> int:
     Such a load follows an advance from the range's start straight to the step reversed next
     (the split of a range of 2 steps, or of any length with one slot). Exact for ``slack`` 1;
     beyond it, a lower bound (a range reopened after its right part may find its start held).
+    ``ends_forward``: the range's first advances end the forward sweep (as in
+    :func:`forward_then_reverse`), after which the live state is trusted no more, so the
+    reverse sweep's first load finds nothing held.
     """
+    kept = _loads_kept(n_steps, snaps, slack, taping)
+    if ends_forward:
+        steps = n_steps
+        while steps > 2 and snaps > 1:  # the forward sweep stores down to its last range
+            steps, snaps = steps - _split(steps, snaps), snaps - 1
+        longest = slack if taping else slack + 1
+        kept -= 2 <= steps <= longest
+    return kept
+
+
+def _loads_kept(n_steps: int, snaps: int, slack: int, taping: bool) -> int:
+    """:func:`loads_kept` of a range whose every load is counted."""
     if len(_KEPT) > _MEMO_LIMIT:
         _KEPT.clear()
     pending = [(n_steps, snaps)]

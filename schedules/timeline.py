@@ -21,7 +21,7 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
     Stores to Level-2 take a staging buffer (the main thread waits for the earliest write to end
     when none is free); prefetches queue on the channels behind earlier transfers and after the
     write of their own state; a load from Level-2 waits for its prefetch. A load of the state
-    the live arrays still hold (``costs.slack``) costs nothing.
+    the live arrays still hold (``costs.slack``) within a sweep costs nothing.
     """
     channel_free = [0.0] * channels
     heapq.heapify(channel_free)
@@ -81,6 +81,7 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
             case EndForward():
                 if forward_end is None:
                     forward_end = now
+                live.levels.clear()  # the live state is trusted no more between the sweeps
             case EndReverse():
                 pass
             case _:

@@ -205,7 +205,7 @@ class Interpreter:
                     rev.apply(t_start=step, t_end=step + 1)
                     end_call(mark, 0)
                     stats.reverse_steps += 1
-                case Load(step=step) if ring is not None and ring.holds(step):
+                case Load(step=step) if ring is not None and self._held(ring, step):
                     stats.loads_kept += 1  # the arrays hold u_step: a copy would change nothing
                 case Load(step=step, tier=Tier.L1):
                     level1.load(step, self.arrays(step, into=True), self._known_nbytes)
@@ -241,6 +241,18 @@ class Interpreter:
                                         f"{until.__name__}")
                 case _:
                     assert_never(action)
+
+    def _held(self, ring: LiveRing, step: int) -> bool:
+        """Whether the arrays hold u_step (a load of it is then skipped): the ring says its
+        rows hold it, and the descriptor still hands out those rows for it (else the ring
+        forgets, and the state is loaded)."""
+        if not ring.holds(step):
+            return False
+        arrays = self.arrays(step, into=True)
+        if sorted((int(a.ctypes.data), a.nbytes) for a in arrays) == ring.rows_of(step):
+            return True
+        ring.forget()
+        return False
 
     def _holding(self, step: int) -> None:
         """The arrays hold u_step, loaded or stored: where a rank's failure skips Level-2,

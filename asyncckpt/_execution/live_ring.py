@@ -5,9 +5,10 @@ into each row the bytes it already holds.
 
 The ring's shape is proven from the operators (:mod:`asyncckpt._planning.devito_ring`), never
 assumed; this module only follows the actions. A load is skipped where every row of the state
-holds the level a copy would put there, as the schedule's own stores, loads and advances left
-it; anything else that touches the arrays (a state recomputed after a lost read, a sweep's
-start, where the caller may have written into them) forgets all.
+holds the level a copy would put there, as the schedule's own stores and loads left it, and the
+descriptor still hands out those rows for it (:meth:`LiveRing.rows_of`); the rows a forward
+call writes vouch for nothing; anything else that touches the arrays (a state recomputed after
+a lost read, a sweep's start, where the caller may have written into them) forgets all.
 """
 from __future__ import annotations
 
@@ -29,12 +30,16 @@ class RingField:
     written : int
         The level a forward step from u_t writes, as an offset from t (the one level of
         u_{t+1} that u_t does not hold).
+    base, row_bytes : int
+        The address of row 0 and the bytes of a row.
     """
 
     name: str
     rows: int
     held: tuple[int, ...]
     written: int
+    base: int = 0
+    row_bytes: int = 0
 
     @property
     def slack(self) -> int:
@@ -71,6 +76,11 @@ class LiveRing:
         return all(levels.get((step + h) % f.rows) == step + h
                    for f, levels in zip(self.fields, self._levels) for h in f.held)
 
+    def rows_of(self, step: int) -> list[tuple[int, int]]:
+        """(address, bytes) of every row u_step's arrays must be, sorted."""
+        return sorted((f.base + (step + h) % f.rows * f.row_bytes, f.row_bytes)
+                      for f in self.fields for h in f.held)
+
     def hold(self, step: int) -> None:
         """The arrays hold u_step (it was just loaded or stored, or a call starts from it)."""
         for f, levels in zip(self.fields, self._levels):
@@ -78,11 +88,12 @@ class LiveRing:
                 levels[(step + h) % f.rows] = step + h
 
     def advanced(self, begin: int, end: int) -> None:
-        """A forward call took the arrays from u_begin to u_end."""
+        """A forward call took the arrays from u_begin to u_end: the rows it wrote hold levels
+        that no copy vouches for (a load only ever finds held what a load or store put)."""
         self.hold(begin)
         for f, levels in zip(self.fields, self._levels):
             for t in range(max(begin, end - f.rows), end):  # earlier writes are overwritten
-                levels[(t + f.written) % f.rows] = t + f.written
+                levels.pop((t + f.written) % f.rows, None)
 
     def forget(self) -> None:
         """The arrays were written by something not followed here."""

@@ -15,16 +15,19 @@ from typing import Any
 
 from .._execution.live_ring import LiveRing, RingField
 from .devito_reads import bound, expressions, nearest, pointer, time_offset
-from .taping import is_devito, unwrapped
+from .taping import is_devito
 
 __all__ = ["live_ring", "devito_ring"]
 
 
 def live_ring(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> LiveRing | None:
-    """The ring a run follows: a Devito checkpoint's, read through compat's wrappers; None for
-    any other descriptor."""
-    checkpoint, fwd_operator, rev_operator = map(unwrapped,
-                                                 (checkpoint, fwd_operator, rev_operator))
+    """The ring a run follows: a Devito checkpoint's; None for any other descriptor.
+
+    Proven on the objects the run calls: the operators as given, the descriptor through
+    wrappers that hand out the very arrays of the one they wrap (``passes_arrays_through``,
+    as compat's does), never through one that casts them or an operator that does more."""
+    while getattr(type(checkpoint), "passes_arrays_through", False):
+        checkpoint = checkpoint.__wrapped__
     if not is_devito(checkpoint, fwd_operator, rev_operator):
         return None
     return devito_ring(checkpoint, fwd_operator, rev_operator)
@@ -51,12 +54,16 @@ class _Unproven(Exception):
 
 
 def _check_wrappers(*operators: Any) -> None:
-    """Devito's own ``CheckpointOperator.apply``, which calls the compiled operator alone with
-    the arguments it bound (a subclass's could write anything)."""
+    """Devito's own ``CheckpointOperator.apply`` and ``_prepare_args``, which call the compiled
+    operator alone with the arguments it bound (a subclass's or an instance's could write
+    anything)."""
     from devito import CheckpointOperator
 
-    if any(type(op).apply is not CheckpointOperator.apply for op in operators):
-        raise _Unproven("an operator's apply is not Devito's CheckpointOperator's")
+    for op in operators:
+        if (type(op).apply is not CheckpointOperator.apply
+                or type(op)._prepare_args is not CheckpointOperator._prepare_args
+                or {"apply", "_prepare_args"} & set(vars(op))):
+            raise _Unproven("an operator's apply is not Devito's CheckpointOperator's")
 
 
 def _check_arrays(checkpoint: Any) -> None:
@@ -105,7 +112,7 @@ def _field(checkpoint: Any, field: Any, fwd_operator: Any, rev_operator: Any) ->
             writes += 1
     if not writes:  # the level a step adds would be the one the rows had
         raise _Unproven(f"the forward does not write {field.name}")
-    return RingField(field.name, rows, held, written)
+    return RingField(field.name, rows, held, written, int(data.ctypes.data), row_bytes)
 
 
 def _held(checkpoint: Any, data: Any, rows: int, row_bytes: int) -> tuple[int, ...]:

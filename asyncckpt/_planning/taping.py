@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import InvalidTypeError
 from .options import environment, parse_flag
 
-__all__ = ["Protocol", "choose_protocol", "decide_taping", "is_devito", "unwrapped"]
+__all__ = ["Protocol", "choose_protocol", "decide_taping", "is_devito"]
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class Protocol:
 def decide_taping(taping: object, checkpoint: Any, fwd_operator: Any,
                   rev_operator: Any) -> Protocol:
     """The protocol, as :func:`choose_protocol` decides it, logged at INFO."""
-    protocol = choose_protocol(taping, *map(unwrapped, (checkpoint, fwd_operator, rev_operator)))
+    protocol = choose_protocol(taping, *map(_unwrapped, (checkpoint, fwd_operator, rev_operator)))
     log.info("%s: %s", "taping" if protocol.taping else "taping-free", protocol.reason)
     return protocol
 
@@ -75,7 +75,7 @@ def is_devito(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> bool:
             and isinstance(getattr(checkpoint, "objects", None), (list, tuple)))
 
 
-def unwrapped(obj: Any) -> Any:
+def _unwrapped(obj: Any) -> Any:
     """What ``obj`` wraps, through the ``__wrapped__`` its instances set (as
     :func:`functools.wraps` and compat's wrappers do): never through a ``__getattr__`` that
     answers any name, at most 8 deep."""

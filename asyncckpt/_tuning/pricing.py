@@ -53,7 +53,7 @@ class Pricing:
     (:meth:`~asyncckpt._tuning.tuner.IntervalTuner.learn`).
     """
 
-    slack = 0  #: the ring's slack (schedules.Costs.slack), where it is proven
+    slack = 0  #: the ring's slack (schedules.Costs.slack) where proven
 
     tf = _Kept("quiet", "tf")
     tcall = _Kept("quiet", "tcall")
@@ -120,9 +120,9 @@ class Pricing:
         cost of a store or load instead of overlapping. ``busy``: the costs of a plan with
         Level-2 transfers, whose steps and copies run beside the I/O thread's checksums and
         reads, as runs with them measured (docs/model.md); each cost is taken from the other
-        kind of run until one of this kind has measured it. Until a
-        reverse sweep has been timed, a reverse step (taping step included) is taken as two
-        forward steps. ``compressed``: transfers go through the codec (:attr:`codec`).
+        kind of run until one of this kind has measured it. Until a reverse sweep is timed, a
+        reverse step (taping step included) is two forward steps. ``compressed``: transfers
+        go through the codec (:attr:`codec`).
 
         Once a run with transfers has measured what each one takes from the compute
         (:attr:`tx`), a busy plan is priced with the quiet costs and ``tx`` per transfer
@@ -156,9 +156,10 @@ class Pricing:
             codec = self._codec()
             tw = codec.write(tw)
             tr = codec.read(tr)
-        if self.inline:
-            tw, tr, tc, tx = 0.0, 0.0, tc + (tw + tr) / 2, 0.0
-        return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall, tx=tx, slack=self.slack)
+        slack = self.slack
+        if self.inline:  # a kept load saves no read folded in here: none is priced
+            tw, tr, tc, tx, slack = 0.0, 0.0, tc + (tw + tr) / 2, 0.0, 0
+        return Costs(tf=tf, tb=tb, tw=tw, tr=tr, tc=tc, tcall=tcall, tx=tx, slack=slack)
 
     def _tx(self) -> float | None:
         """What a transfer takes from the compute beside it (None: not known)."""
@@ -199,10 +200,9 @@ class Pricing:
     def _run_copy_s(self) -> float | None:
         """A copy within Level-1 as a run pays it, for plans without transfers: as their runs
         measured it, else as runs with transfers did, else as the probe did. The probe copies
-        memory it has just touched, which the cache holds; a run copies states of slots it
-        touched long before (Devito 3D, 6 MiB states: 0.29 ms probed, 0.52 to 0.69 ms in
-        runs of every kind), and Revolve priced with the probe's copies ran 1.17 times its
-        price."""
+        memory the cache holds; a run, slots it touched long before (Devito 3D, 6 MiB states:
+        0.29 ms probed, 0.52 to 0.69 ms in runs), and Revolve priced with the probe's copies
+        ran 1.17 times its price."""
         if self.measured(0) or self.busy.tc is None:
             return self.quiet.tc
         return self.busy.tc

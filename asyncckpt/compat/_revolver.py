@@ -246,6 +246,8 @@ class _FirstStateOnce:
     #: locations (see :func:`asyncckpt._execution.link.link_for`): they are checked at their
     #: first load, before a state is copied into them
     locations_checked_in_run = True
+    #: the arrays it hands out are the wrapped descriptor's own (a ring is read through it)
+    passes_arrays_through = True
 
     def __init__(self, checkpoint: Any) -> None:
         self._checkpoint = self.__wrapped__ = checkpoint  # what the taping decision reads

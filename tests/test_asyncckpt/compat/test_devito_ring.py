@@ -195,3 +195,29 @@ def test_an_operator_applying_more_than_devitos_has_no_ring():
     cp, fwd, rev = operators()
     fwd.__class__ = Damped
     assert devito_ring(cp, fwd, rev) is None
+
+
+def test_a_ring_is_proven_on_the_objects_the_run_calls():
+    """Through compat's descriptor that hands out the very arrays, never through one that
+    casts them, nor an operator wrapped or given an apply of its own."""
+    from asyncckpt._planning.devito_ring import live_ring
+    from asyncckpt.compat._declared import DeclaredDtype, Settling
+    from asyncckpt.compat._revolver import _FirstStateOnce
+
+    _, operators, _ = _problem()
+    cp, fwd, rev = operators()
+    assert live_ring(_FirstStateOnce(cp), fwd, rev) is not None
+    declared = DeclaredDtype(cp, np.dtype(np.float16))  # stored rounded: a copy changes bytes
+    assert live_ring(declared, Settling(fwd, declared), Settling(rev, declared)) is None
+    assert live_ring(declared, fwd, rev) is None
+
+    class Halving:  # names what it wraps, and writes into u's rows beside it
+        def __init__(self, operator):
+            self.__wrapped__ = operator
+
+        def apply(self, t_start, t_end):
+            self.__wrapped__.apply(t_start, t_end)
+
+    assert live_ring(cp, Halving(fwd), rev) is None
+    fwd.apply = lambda t_start, t_end: None  # an instance's own apply
+    assert live_ring(cp, fwd, rev) is None
