@@ -59,8 +59,6 @@ class LiveRing:
     def __init__(self, fields: tuple[RingField, ...]) -> None:
         self.fields = fields
         self._levels: list[dict[int, int]] = [{} for _ in fields]
-        #: loads skipped because the arrays held the state already
-        self.kept = 0
 
     def __repr__(self) -> str:
         return "LiveRing(" + ", ".join(

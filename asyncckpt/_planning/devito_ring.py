@@ -41,10 +41,8 @@ def devito_ring(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> LiveRi
         _check_arrays(checkpoint)
         fields = tuple(_field(checkpoint, f, fwd_operator, rev_operator)
                        for f in checkpoint.objects)
-    except _Unproven:
-        return None
-    except Exception:  # an operator this reading does not understand: every load copies
-        return None
+    except Exception:  # _Unproven, or an operator this reading does not understand
+        return None  # every load copies
     ring = LiveRing(fields)
     return ring if fields and ring.slack > 0 else None
 
@@ -97,11 +95,13 @@ def _field(checkpoint: Any, field: Any, fwd_operator: Any, rev_operator: Any) ->
         fields = bound(operator)
         for expression in expressions(operator.op):
             target = expression.write
-            if target is None or not getattr(target, "is_TimeFunction", False):
+            if target is None:
                 continue
-            if target.name not in fields:
-                raise _Unproven(f"{target.name}'s memory is not in the operator's arguments")
-            if fields[target.name] != address:
+            if target.name not in fields:  # an operator's own temporary, else unknown memory
+                if getattr(target, "is_TimeFunction", False):
+                    raise _Unproven(f"{target.name}'s memory is not in the operator's arguments")
+                continue
+            if fields[target.name] != address:  # another field, of any type
                 continue
             if not writes_allowed:
                 raise _Unproven(f"the reverse writes {target.name}")
@@ -110,7 +110,7 @@ def _field(checkpoint: Any, field: Any, fwd_operator: Any, rev_operator: Any) ->
             if (level - written) % rows:
                 raise _Unproven(f"the forward writes {target.name} at another level")
             writes += 1
-    if not writes:  # the level a step adds would be the one the rows had
+    if not writes:  # its rows would keep whatever they had, no level a step adds
         raise _Unproven(f"the forward does not write {field.name}")
     return RingField(field.name, rows, held, written, int(data.ctypes.data), row_bytes)
 
