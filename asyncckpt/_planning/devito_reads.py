@@ -47,7 +47,10 @@ def _decide(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Protocol:
     step = rev_operator.start_offset
     described, missing = [], []
     for field in checkpoint.objects:
-        levels = _held_levels(checkpoint, field, step)
+        writes = [fwd_operator.start_offset + time_offset(e.expr.lhs) - step
+                  for e in expressions(fwd_operator.op)
+                  if e.write is not None and fwd_bound.get(e.write.name) == pointer(field)]
+        levels = _held_levels(checkpoint, field, step, min(writes) if writes else None)
         offsets = sorted(reads.get(field.name, ()))
         missing += [f"{field.name}{_at(k)}" for k in offsets if k not in levels]
         described.append((field.name, offsets, levels))
@@ -103,9 +106,15 @@ def time_offset(access: Any) -> int:
     return int(k)
 
 
-def _held_levels(checkpoint: Any, field: Any, step: int) -> set[int]:
+def _held_levels(checkpoint: Any, field: Any, step: int, fresh: int | None) -> set[int]:
     """The time levels of ``field``, relative to the reverse's time index, that the
-    checkpoint's ``get_data(t)`` holds (the same for every t)."""
+    checkpoint's ``get_data(t)`` holds (the same for every t).
+
+    ``fresh``: the first level, relative to the same index, that the forward's next step
+    writes. When u_t is stored every row holds the latest level below it that maps to the
+    row, so a row handed out as level ``fresh`` or above (Devito's checkpoint of a field of
+    time order 3 hands out the row its next step writes) holds the level ``rows`` below.
+    """
     data = field._data
     rows = data.shape[0]
     found: set[int] | None = None
@@ -113,7 +122,9 @@ def _held_levels(checkpoint: Any, field: Any, step: int) -> set[int]:
         rows_held = {(int(a.ctypes.data) - int(data.ctypes.data)) // data.strides[0]
                      for a in checkpoint.get_data(t)
                      if 0 <= int(a.ctypes.data) - int(data.ctypes.data) < data.nbytes}
-        relative = {nearest((row - (t + step)) % rows, rows) for row in rows_held}
+        relative = {nearest((row - (t + step)) % rows, rows) if fresh is None
+                    else fresh - rows + (row - (t + step) - fresh) % rows
+                    for row in rows_held}
         found = relative if found is None else found & relative
     return found or set()
 
