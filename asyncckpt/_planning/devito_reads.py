@@ -32,11 +32,16 @@ def _decide(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Protocol:
     written = {fwd_bound.get(e.write.name) for e in expressions(fwd_operator.op)
                if e.write is not None}
     rev_bound = bound(rev_operator)
+    rev_aliases = aliases(rev_operator, checkpoint.objects)
     reads: dict[str, set[int]] = defaultdict(set)
     for expression in expressions(rev_operator.op):
         target = expression.write
         if target is not None and rev_bound.get(target.name) in held:
             return Protocol(True, f"the reverse writes {target.name}, which the checkpoint holds")
+        for name in {target.name if target is not None else None,
+                     *(a.function.name for a in retrieve(expression.expr.rhs))} & rev_aliases:
+            return Protocol(True, f"the reverse reaches {name}, whose memory is part of a field "
+                                  "the checkpoint holds")
         for access in _accesses(expression.expr.rhs):
             address = rev_bound.get(access.function.name)
             if address in held:
@@ -71,10 +76,32 @@ def expressions(op: Any) -> list[Any]:
     return [e for root in roots for e in FindNodes(Expression).visit(root)]
 
 
-def _accesses(expr: Any) -> list[Any]:
+def retrieve(expr: Any) -> list[Any]:
+    """Every indexed access of ``expr``."""
     from devito.symbolics import retrieve_indexed
 
-    return [a for a in retrieve_indexed(expr) if getattr(a.function, "is_TimeFunction", False)]
+    return list(retrieve_indexed(expr))
+
+
+def _accesses(expr: Any) -> list[Any]:
+    return [a for a in retrieve(expr) if getattr(a.function, "is_TimeFunction", False)]
+
+
+def aliases(operator: Any, fields: Any) -> set[str]:
+    """The names of the operator's arguments bound to memory that overlaps one of ``fields``
+    without being it (a ``Function`` made on a row of a ``TimeFunction``'s buffer)."""
+    spans = {pointer(f): pointer(f) + f._data_allocated.nbytes for f in fields}
+    starts = bound(operator)
+    out = set()
+    for parameter in operator.op.parameters:
+        start = starts.get(parameter.name)
+        if start is None or start in spans:
+            continue
+        data = getattr(parameter, "_data_allocated", None)
+        end = start + max(int(getattr(data, "nbytes", 0)), 1)
+        if any(start < held_end and held_start < end for held_start, held_end in spans.items()):
+            out.add(parameter.name)
+    return out
 
 
 def bound(operator: Any) -> dict[str, int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._execution.live_ring import LiveRing, RingField
-from .devito_reads import bound, expressions, nearest, pointer, time_offset
+from .devito_reads import aliases, bound, expressions, nearest, pointer, retrieve, time_offset
 from .taping import is_devito
 
 __all__ = ["live_ring", "devito_ring"]
@@ -93,8 +93,14 @@ def _field(checkpoint: Any, field: Any, fwd_operator: Any, rev_operator: Any) ->
     writes = 0
     for operator, writes_allowed in ((fwd_operator, True), (rev_operator, False)):
         fields = bound(operator)
+        aliased = aliases(operator, checkpoint.objects)
         for expression in expressions(operator.op):
             target = expression.write
+            reached = {a.function.name for a in retrieve(expression.expr.rhs)}
+            if target is not None:
+                reached.add(target.name)
+            if reached & aliased:  # a row written or read under another name
+                raise _Unproven(f"{operator} reaches a field's memory under another name")
             if target is None:
                 continue
             if target.name not in fields:  # an operator's own temporary, else unknown memory

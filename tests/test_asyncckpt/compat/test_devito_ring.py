@@ -221,3 +221,36 @@ def test_a_ring_is_proven_on_the_objects_the_run_calls():
     assert live_ring(cp, Halving(fwd), rev) is None
     fwd.apply = lambda t_start, t_end: None  # an instance's own apply
     assert live_ring(cp, fwd, rev) is None
+
+
+@pytest.mark.parametrize("where", ["forward writes", "reverse writes", "reverse reads"])
+def test_a_row_reached_under_another_name_has_no_ring_and_stays_taped(where):
+    """A ``Function`` made on one row of u's buffer: what it writes or reads is u's, which
+    neither the ring nor the taping decision may miss."""
+    from devito import Eq, Function, Grid, Operator, TimeFunction
+    from devito.checkpointing import CheckpointOperator, DevitoCheckpoint
+    from devito.data.allocators import DataReference
+
+    from asyncckpt._planning.taping import choose_protocol
+
+    grid = Grid(shape=(21, 19), extent=(200.0, 180.0))
+    u = TimeFunction(name="u", grid=grid, time_order=2, space_order=4)
+    v = TimeFunction(name="v", grid=grid, time_order=2, space_order=4)
+    grad = Function(name="grad", grid=grid)
+    u.data_with_halo[:] = 0
+    row = Function(name="row", grid=grid, space_order=4,
+                   allocator=DataReference(u._data_allocated[1]))
+    extra = {"forward writes": Eq(row, 0.5 * row), "reverse writes": Eq(row, 0.5 * row),
+             "reverse reads": Eq(grad, grad + row * v)}[where]
+    forward = [Eq(u.forward, 2 * u - u.backward + 0.01 * u.laplace)]
+    reverse = [Eq(v.backward, 2 * v - v.forward + 0.01 * v.laplace), Eq(grad, grad + u * v)]
+    (forward if where == "forward writes" else reverse).append(extra)
+    fwd_args, rev_args = dict(u=u), dict(u=u, v=v, grad=grad)
+    (fwd_args if where == "forward writes" else rev_args)["row"] = row
+    cp = DevitoCheckpoint([u])
+    fwd = CheckpointOperator(Operator(forward), dt=0.2, **fwd_args)
+    rev = CheckpointOperator(Operator(reverse), dt=0.2, **rev_args)
+    assert devito_ring(cp, fwd, rev) is None
+    if where != "forward writes":
+        assert choose_protocol(None, cp, fwd, rev).reason == (
+            "the reverse reaches row, whose memory is part of a field the checkpoint holds")
