@@ -154,6 +154,10 @@ def loads_kept(n_steps: int, snaps: int, slack: int, taping: bool,
     :func:`forward_then_reverse`), after which the live state is trusted no more, so the
     reverse sweep's first load finds nothing held.
     """
+    n_steps = check_int("n_steps", n_steps, 1)
+    snaps = check_int("snaps", snaps, 1)
+    slack = check_int("slack", slack, 0)
+    taping = check_bool("taping", taping)
     kept = _loads_kept(n_steps, snaps, slack, taping)
     if ends_forward:
         steps = n_steps

@@ -83,3 +83,12 @@ def test_kept_loads_are_priced_as_no_copy() -> None:
 def test_a_bad_slack_names_itself(slack) -> None:
     with pytest.raises(InvalidValueError, match="Costs.slack must be an int >= 0"):
         Costs(tf=1.0, tb=2.0, slack=slack)
+
+
+@pytest.mark.parametrize("arguments, name", [((0, 3, 1, False), "n_steps"),
+                                             ((10, 0, 1, False), "snaps"),
+                                             ((10, 3, -1, False), "slack"),
+                                             ((10, 3, 1, "no"), "taping")])
+def test_loads_kept_names_a_bad_argument(arguments, name) -> None:
+    with pytest.raises((InvalidValueError, TypeError), match=name):
+        loads_kept(*arguments)
