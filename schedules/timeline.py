@@ -10,6 +10,7 @@ from typing import assert_never
 from .actions import (Action, Advance, EndForward, EndReverse, Free, Load, Prefetch, Reverse, Store,
                       Tier)
 from .costs import Costs, Prediction
+from .live import LiveRing, RingField
 
 __all__ = ["simulate_times"]
 
@@ -32,7 +33,9 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
     arrives: dict[int, float] = {}
     write_stall = read_stall = 0.0
     steps = 0
-    live = _Live(costs.slack)
+    # a state as one level of a ring with slack rows beyond it: a load right after a call of
+    # at most that many steps from it costs nothing (with no slack, every load costs)
+    live = LiveRing((RingField("u", costs.slack + 1, (0,), 1),))
 
     def transfer(ready: float, cost: float) -> float:
         start = max(heapq.heappop(channel_free), ready)
@@ -66,7 +69,7 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
             case Prefetch(step=step):
                 arrives[step] = transfer(max(now, written.get(step, 0.0)), costs.tr)
                 now += costs.tx
-            case Load(step=step) if live.holds(step):
+            case Load(step=step) if costs.slack and live.holds(step):
                 pass
             case Load(step=step, tier=tier):
                 if tier is Tier.L2 and arrives[step] > now:
@@ -81,7 +84,7 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
             case EndForward():
                 if forward_end is None:
                     forward_end = now
-                live.levels.clear()  # the live state is trusted no more between the sweeps
+                live.forget()  # the live state is trusted no more between the sweeps
             case EndReverse():
                 pass
             case _:
@@ -89,23 +92,3 @@ def simulate_times(actions: Iterable[Action], costs: Costs, *, staging_buffers: 
     forward_end = now if forward_end is None else forward_end
     return Prediction("simulated", now, forward_end, now - forward_end, steps, write_stall,
                       read_stall)
-
-
-class _Live:
-    """Which states the live arrays hold, where a forward call of at most ``slack`` steps leaves
-    its start held: a state as one level in a ring of ``slack + 1`` rows (0: none tracked)."""
-
-    def __init__(self, slack: int) -> None:
-        self.rows = slack + 1
-        self.levels: dict[int, int] = {}
-
-    def holds(self, step: int) -> bool:
-        return self.rows > 1 and self.levels.get(step % self.rows) == step
-
-    def hold(self, step: int) -> None:
-        self.levels[step % self.rows] = step
-
-    def advanced(self, begin: int, end: int) -> None:
-        self.hold(begin)
-        for t in range(max(begin, end - self.rows), end):
-            self.levels[(t + 1) % self.rows] = t + 1

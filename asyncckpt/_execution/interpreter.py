@@ -26,12 +26,12 @@ from schedules import (
     Tier,
 )
 from schedules.actions import Action
+from schedules.live import LiveRing
 
 from .engine import TransferEngine
 from .in_place import InPlaceCheck
 from .replay import ReplayCheck
 from .level1 import Level1
-from .live_ring import LiveRing
 from .ranks import Ranks, SoloRanks
 from .timing import CallFit
 from ..checkpoint import check_arrays

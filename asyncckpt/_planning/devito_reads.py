@@ -29,8 +29,8 @@ def devito_protocol(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Pr
 def _decide(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Protocol:
     held = {pointer(f): f for f in checkpoint.objects}
     fwd_bound = bound(fwd_operator)
-    written = {fwd_bound.get(e.write.name) for e in expressions(fwd_operator.op)
-               if e.write is not None}
+    fwd_writes = [e for e in expressions(fwd_operator.op) if e.write is not None]
+    written = {fwd_bound.get(e.write.name) for e in fwd_writes}
     rev_bound = bound(rev_operator)
     rev_aliases = aliases(rev_operator, checkpoint.objects)
     reads: dict[str, set[int]] = defaultdict(set)
@@ -52,9 +52,9 @@ def _decide(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> Protocol:
     step = rev_operator.start_offset
     described, missing = [], []
     for field in checkpoint.objects:
+        address = pointer(field)
         writes = [fwd_operator.start_offset + time_offset(e.expr.lhs) - step
-                  for e in expressions(fwd_operator.op)
-                  if e.write is not None and fwd_bound.get(e.write.name) == pointer(field)]
+                  for e in fwd_writes if fwd_bound.get(e.write.name) == address]
         levels = _held_levels(checkpoint, field, step, min(writes) if writes else None)
         offsets = sorted(reads.get(field.name, ()))
         missing += [f"{field.name}{_at(k)}" for k in offsets if k not in levels]

@@ -1,7 +1,7 @@
 """The ring of time levels each field of a Devito checkpoint lives in, proven from the operators'
 compiled expressions and the rows the checkpoint's ``get_data`` hands out: which levels u_t's
 arrays are, and which one level a forward step writes. With it the runtime skips a load whose
-rows still hold the state (:class:`~asyncckpt._execution.live_ring.LiveRing`).
+rows still hold the state (:class:`~schedules.live.LiveRing`).
 
 Proven or nothing: a field whose arrays are not whole rows of its buffer, a forward that
 writes a held field at any other level, a reverse that writes one, a write to a field whose
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._execution.live_ring import LiveRing, RingField
+from schedules.live import LiveRing, RingField
+
 from .devito_reads import aliases, bound, expressions, nearest, pointer, retrieve, time_offset
 from .taping import is_devito
 
@@ -39,8 +40,8 @@ def devito_ring(checkpoint: Any, fwd_operator: Any, rev_operator: Any) -> LiveRi
     try:
         _check_wrappers(fwd_operator, rev_operator)
         _check_arrays(checkpoint)
-        fields = tuple(_field(checkpoint, f, fwd_operator, rev_operator)
-                       for f in checkpoint.objects)
+        read = [_read(op, checkpoint.objects) for op in (fwd_operator, rev_operator)]
+        fields = tuple(_field(checkpoint, f, *read) for f in checkpoint.objects)
     except Exception:  # _Unproven, or an operator this reading does not understand
         return None  # every load copies
     ring = LiveRing(fields)
@@ -77,7 +78,23 @@ def _check_arrays(checkpoint: Any) -> None:
                 raise _Unproven("an array of the state lies outside the checkpoint's fields")
 
 
-def _field(checkpoint: Any, field: Any, fwd_operator: Any, rev_operator: Any) -> RingField:
+def _read(operator: Any, fields: Any) -> tuple[Any, dict[str, int], list[Any]]:
+    """``operator``, the memory its fields are bound to and its expressions, once none of them
+    reaches the checkpoint's ``fields`` under another name."""
+    aliased = aliases(operator, fields)
+    found = expressions(operator.op)
+    for expression in found:
+        reached = {a.function.name for a in retrieve(expression.expr.rhs)}
+        if expression.write is not None:
+            reached.add(expression.write.name)
+        if reached & aliased:  # a row written or read under another name
+            raise _Unproven(f"{operator} reaches a field's memory under another name")
+    return operator, bound(operator), found
+
+
+def _field(checkpoint: Any, field: Any, *read: tuple[Any, dict[str, int], list[Any]]
+           ) -> RingField:
+    """The ring of ``field``, from the forward's and then the reverse's :func:`_read`."""
     from devito import configuration
 
     if configuration["mpi"] or field.grid.distributor.nprocs != 1:
@@ -91,16 +108,9 @@ def _field(checkpoint: Any, field: Any, fwd_operator: Any, rev_operator: Any) ->
     written = newer.pop()
     address = pointer(field)
     writes = 0
-    for operator, writes_allowed in ((fwd_operator, True), (rev_operator, False)):
-        fields = bound(operator)
-        aliased = aliases(operator, checkpoint.objects)
-        for expression in expressions(operator.op):
+    for (operator, fields, found), writes_allowed in zip(read, (True, False)):
+        for expression in found:
             target = expression.write
-            reached = {a.function.name for a in retrieve(expression.expr.rhs)}
-            if target is not None:
-                reached.add(target.name)
-            if reached & aliased:  # a row written or read under another name
-                raise _Unproven(f"{operator} reaches a field's memory under another name")
             if target is None:
                 continue
             if target.name not in fields:  # an operator's own temporary, else unknown memory

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from asyncckpt._execution.live_ring import LiveRing, RingField
 from schedules import AsyncMultistage, InvalidValueError, Revolve
 from schedules.actions import Advance, EndForward, Load, Store
+from schedules.live import LiveRing, RingField
 from schedules.costs import Costs
 from schedules.model import predict_revolve
 from schedules.revolve import loads_kept

@@ -1,10 +1,11 @@
 """Which states the live arrays still hold: a field kept in a ring of time levels (Devito's
 buffered ``TimeFunction``: ``time_order + 1`` rows, row ``L mod R`` holding level L) keeps the
 levels of a state after a forward call of a few steps, and a load of that state would copy
-into each row the bytes it already holds.
+into each row the bytes it already holds. The runtime follows a run's actions with it, and
+:func:`~schedules.timeline.simulate_times` a schedule's.
 
-The ring's shape is proven from the operators (:mod:`asyncckpt._planning.devito_ring`), never
-assumed; this module only follows the actions. A load is skipped where every row of the state
+The runtime's ring is proven from the operators (:mod:`asyncckpt._planning.devito_ring`),
+never assumed; this module only follows the actions. A load is skipped where every row of the state
 holds the level a copy would put there, as the schedule's own stores and loads left it, and the
 descriptor still hands out those rows for it (:meth:`LiveRing.rows_of`); the rows a forward
 call writes vouch for nothing; anything else that touches the arrays (a state recomputed after
