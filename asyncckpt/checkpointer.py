@@ -273,9 +273,6 @@ class AsyncCheckpointer(Closing):
         with self._calls.running("drain()"):
             self._parts.engine.drain()
 
-    def _without_threads(self) -> None:
-        self._parts.calls.without_threads()
-
     def _leave(self) -> None:
         self._parts.leave()
 

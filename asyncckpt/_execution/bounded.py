@@ -72,8 +72,6 @@ class BoundedCalls:
         self.storage = storage
         self.deadline_s = deadline_s
         self.inline = in_own_memory(storage)
-        #: whether a call may start a thread to wait on (see :meth:`without_threads`)
-        self.threads = True
         self._executor: DaemonExecutor | None = None
         #: threads left to stalled calls
         self.abandoned = 0
@@ -95,7 +93,7 @@ class BoundedCalls:
              until: float | None = None) -> Any:
         """``fn(*args)`` (the Level-2 call ``what``), within the deadline, else :class:`Stalled`
         (at once where ``until`` has passed)."""
-        if self.inline or not self.threads or sys.is_finalizing():
+        if self.inline or sys.is_finalizing():
             return fn(*args)
         seconds = self._seconds(until)
         if seconds > 0:
@@ -106,13 +104,6 @@ class BoundedCalls:
                 return future.result()
             self._abandon(what, seconds)
         raise self.stalled(what, seconds)
-
-    def without_threads(self) -> None:
-        """From now on run every call on the caller's thread, with no deadline: a finalizer's
-        calls. The cyclic garbage collector runs finalizers wherever an allocation triggers it,
-        the threading module's own locks held included, and a thread started then waits for
-        them forever (as any thread started while the interpreter exits does)."""
-        self.threads = False
 
     def _abandon(self, what: str, seconds: float) -> None:
         """Leave the stalled call to its thread, which ends once it returns."""

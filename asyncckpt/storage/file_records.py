@@ -10,6 +10,7 @@ import threading
 import weakref
 from pathlib import Path
 
+from .._lifetime import reap, start_reaper
 from .._memory.buffers import padded
 from .._memory.keytable import KeyTable
 from ..errors import InvalidTypeError, InvalidValueError, StorageFullError
@@ -83,6 +84,7 @@ class FileRecords(Storage):
         self._n_records = 0
         self._closed = False
         _OPEN.add(self)
+        start_reaper()
 
 
     def _take_file(self, root: Path, direct: bool | None) -> None:
@@ -275,4 +277,4 @@ class FileRecords(Storage):
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
-            self.close()
+            reap(self)  # a finalizer takes no lock: its thread may hold this one
