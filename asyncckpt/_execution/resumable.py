@@ -41,18 +41,25 @@ class ResumableEngine(TransferEngine):
     def settle_reads(self) -> None:
         """After a reverse sweep that raised: wait for its prefetch reads (at most
         ``ABANDON_S``, their failures ignored) and take their buffers back; the states stay on
-        Level-2 for the next reverse sweep."""
+        Level-2 for the next reverse sweep. Where every state the forward sweep stored was
+        written whole (a checksum for each, no write under way), a failure of the sweep (a
+        read's: a transient fault, a stall) no longer breaks the engine: the next sweep reads
+        each state again, checked against its checksum, and raises again if the fault stays."""
         reads = dict(self._reads)
         self._reads.clear()  # the ledger's table: its reads are over
         for read in reads.values():
             read.future.cancel()  # one not yet started never runs
         self.calls.settle([read.future for read in reads.values()],
                           time.monotonic() + ABANDON_S)
+        if self._executor is not None and any(stalled(r.future) for r in reads.values()):
+            self._executor = self._executor.renewed()  # stuck threads serve no later sweep
         for read in reads.values():
             if stalled(read.future):  # its thread keeps the buffer
                 log.warning("abandoned the Level-2 read of u_%d: still running", read.key)
             else:
                 self._free_prefetch.append(read.buffer)
+        if not self._writes and all(key in self._digests for key in self._sizes):
+            self._broken = None
 
 
 def unwind_reverse(engine: TransferEngine, level1: Level1) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from asyncckpt import AsyncCheckpointer
-from asyncckpt.errors import UsageError
+from asyncckpt.errors import TransferError, UsageError
+from faults import FaultyFile, FaultyMemory
 from workloads import Forward, RecurrentCell, Reverse
 
 N, SEEDS = 40, (1.0, -2.0, 0.5)
@@ -76,3 +77,42 @@ def test_keep_forward_needs_states_on_level2(tmp_path):
     with pytest.raises(UsageError, match="keep_forward=True with run_dir"):
         AsyncCheckpointer(model, Forward(model), Reverse(model), N, l1_slots=2,
                           keep_forward=True, run_dir=tmp_path / "run")
+
+
+@pytest.mark.parametrize("storage", ["dram", "disk"])
+def test_a_transient_read_error_raises_once_and_the_next_reverse_is_exact(storage, tmp_path):
+    """Under on_level2_error="raise", a read that fails once (an EIO on one get) raises on that
+    apply_reverse(); the states on Level-2 are intact, so the next apply_reverse() runs from
+    them, bitwise equal to a fresh run's (it raised "broken by an earlier failure" before)."""
+    options = {"interval": 6}
+    want = fresh_gradients(SEEDS[1], **options)
+    level2 = FaultyMemory() if storage == "dram" else FaultyFile(tmp_path)
+    model = RecurrentCell(N)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), N, l1_slots=2,
+                           keep_forward=True, storage=level2, **options) as ckp:
+        ckp.apply_forward()
+        level2.fail_get_at = level2.gets + 2  # the second read of the reverse sweep
+        seeded(model, SEEDS[0])
+        with pytest.raises(TransferError, match="Input/output error"):
+            ckp.apply_reverse()
+        for _ in range(2):  # the fault is gone: every further reverse sweep is exact
+            seeded(model, SEEDS[1])
+            ckp.apply_reverse()
+            assert [g.tobytes() for g in model.gradients()] == want
+            assert ckp.stats.reverse_steps == N and ckp.stats.l2_writes == 0
+    level2.close()
+
+
+def test_a_failed_forward_write_is_not_reversed_again():
+    """The forward sweep's last write fails after apply_forward() returned (it is still under
+    way then): the reverse that finds it raises, and so does every later one, never a
+    gradient from a state that is not there."""
+    stores = len(range(0, N, 6))
+    level2 = FaultyMemory(fail_put_at=stores, delay=(0.05, 0.05))
+    model = RecurrentCell(N)
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), N, l1_slots=2, interval=6,
+                           keep_forward=True, storage=level2, transfers="background") as ckp:
+        ckp.apply_forward()
+        for _ in range(2):
+            with pytest.raises(TransferError):
+                ckp.apply_reverse()
