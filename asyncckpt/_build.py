@@ -77,7 +77,7 @@ class Parts:
                 try:
                     self.release(until)
                 finally:
-                    self.runs.resume.close()
+                    self.runs.resume.close(until)  # its commits: what is left
 
     def leave(self) -> None:
         """The process exits under a run still under way on another thread: remove the
@@ -126,6 +126,7 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
     calls: BoundedCalls | None = None
     run: RunDir | NoRunDir = NoRunDir()
     try:
+        _check_one_run(options, nbytes, ranks)
         if options.run_dir is not None:
             run, options = _open_run(options, checkpoint, nbytes, dtype, storage, ranks)
             storage = opened = run.storage
@@ -176,6 +177,22 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
                 finally:
                     ranks.free()
         raise
+
+
+#: How each rank's interval option enters the check that every rank makes the same run.
+_INTERVAL_WORDS = {"auto": -1.0, "adaptive": -2.0}
+
+
+def _check_one_run(options: Options, nbytes: int, ranks: Ranks) -> None:
+    """Refuse, on every rank, ranks that would run different numbers of steps or intervals: one
+    would finish while another waits in a collective the first never makes. States may differ
+    in size (a domain decomposition's parts do); the plan made from them is agreed later."""
+    n = options.n_timesteps
+    interval = options.interval
+    ranks.same("n_timesteps (-1: unknown) and interval (-1: 'auto', -2: 'adaptive')",
+               (-1.0 if n is None else float(n),
+                _INTERVAL_WORDS[interval] if isinstance(interval, str) else float(interval)),
+               context=lambda: {"n_timesteps": n, "interval": interval, "state_bytes": nbytes})
 
 
 def _open_run(options: Options, checkpoint: Any, nbytes: int, dtype: Any, storage: Any,

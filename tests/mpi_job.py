@@ -18,6 +18,8 @@ Every rank owns its own part (a workload seeded by its rank) and checkpoints it 
   many seconds of the sweep.
 - ``random-failure SEED``: one rank, drawn from SEED, fails at a random step of either sweep (a
   Level-2 write or read, or its forward or reverse operator).
+- ``runs-differ``: the last rank's n_timesteps (or each rank's fixed interval) differs from the
+  others'; each rank reports what it raised.
 """
 from __future__ import annotations
 
@@ -286,6 +288,24 @@ def recompute_refused(root: Path) -> dict:
     return {"error": None}
 
 
+def runs_differ(root: Path) -> dict:
+    """The last rank runs one step more (61 against 60), with a fixed interval or "auto", with
+    Level-2 storage or Revolve in Level-1 alone, and then a fixed interval that differs."""
+    seen = {}
+    for name, n, interval, storage in (
+            ("fixed", N + (RANK == SIZE - 1), 5, root), ("auto", N + (RANK == SIZE - 1), "auto", root),
+            ("level1", N + (RANK == SIZE - 1), 0, None), ("interval", N, 5 + RANK, root)):
+        model = RecurrentCell(N + 1, seed=RANK)
+        try:
+            with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3,
+                                   interval=interval, storage=storage, comm=COMM) as ckp:
+                sweep(model, ckp)
+            seen[name] = {"raised": None}
+        except Exception as exc:  # noqa: BLE001 - what each rank saw is the result
+            seen[name] = {"raised": type(exc).__name__, "message": str(exc)}
+    return seen
+
+
 def main() -> None:
     scenario, root = sys.argv[1], Path(sys.argv[2] if len(sys.argv) > 2 else tempfile.gettempdir())
     if scenario == "random-failure":
@@ -293,7 +313,7 @@ def main() -> None:
     else:
         result = {"plans": plans, "write-fails": write_fails, "operator-fails": operator_fails,
                   "compat": compat, "counts": counts,
-                  "recompute-refused": recompute_refused, "delete-stalls": delete_stalls}[scenario](root)
+                  "recompute-refused": recompute_refused, "runs-differ": runs_differ, "delete-stalls": delete_stalls}[scenario](root)
     print(json.dumps({"rank": RANK, "size": SIZE, **result}), flush=True)
 
 

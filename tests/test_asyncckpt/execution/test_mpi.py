@@ -175,3 +175,19 @@ def test_a_delete_stalled_on_one_rank_is_a_checkpoint_error_on_every_rank(tmp_pa
             assert run["checkpoint_error"] and run["seconds"] < 1.0 + 5.0, (result["rank"], run)
             assert run["raised"] == ("Stalled" if result["rank"] == 1 else "RankFailedError")
         assert result["close_s"] < 2.5
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_that_would_run_different_lengths_or_intervals_are_refused_on_every_rank(
+        tmp_path, ranks: int) -> None:
+    """n = 60 on all ranks but the last, which has 61 (or each rank its own fixed interval):
+    the last rank finished while the others waited in a collective for good. Every rank now
+    refuses at construction, with the values each rank holds."""
+    results = mpirun(ranks, "runs-differ", tmp_path)
+    for result in results:
+        for name in ("fixed", "auto", "level1", "interval"):
+            seen = result[name]
+            assert seen["raised"] == "RankFailedError", (result["rank"], name, seen)
+            assert "the ranks disagree on n_timesteps" in seen["message"], seen["message"]
+        assert "'n_timesteps': 61" in result["fixed"]["message"], result["fixed"]["message"]
+        assert "'interval': 6" in result["interval"]["message"], result["interval"]["message"]
