@@ -5,26 +5,35 @@ A commit is a whole manifest: one that lands later says everything an earlier on
 the thread is busy, a newer commit replaces the one waiting (its snapshots kept where the newer
 one has none of theirs): the thread always writes the latest, and a sweep never waits for a
 backlog of flushes.
+
+The thread names the files: commit ``c`` writes its snapshots as ``KIND.c.bin`` and its
+manifest says ``"commit": c``. A process killed in commit ``c + 1`` leaves at most those names
+unnamed, which the first commit of the next process removes (the run's own temporaries); every
+other file the thread removes is one the manifest it replaced named, and this one no longer
+does. Whoever waits for it waits a deadline at most: a stalled device holds the thread, never
+the caller, and the directory's lock with it until its write returns.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import StorageError
-from ..storage.durable import STATES_FILE
-from ..storage.rundir import write_manifest, write_snapshot
+from ..storage.rundir import named_files, read_manifest, write_manifest, write_snapshot
 
-__all__ = ["Committer"]
+__all__ = ["Committer", "Snapshots"]
 
-#: What a commit snapshots: per name ("outputs", "adjoint"), the file to write and its arrays
-#: (copies the sweep no longer touches), or None for none
-Snapshots = dict[str, tuple[str, Sequence[np.ndarray]] | None]
+log = logging.getLogger(__name__)
+
+#: What a commit snapshots: per kind ("outputs", "adjoint", ...), the arrays to write (copies
+#: the sweep no longer touches), or None for none
+Snapshots = dict[str, Sequence[np.ndarray] | None]
 
 
 class Committer:
@@ -33,21 +42,34 @@ class Committer:
     Parameters
     ----------
     path : Path
-        The run directory.
+        The run directory, holding the manifest last put in place, if any (read here: what
+        it names, and the number of its commit).
     entries : dict
-        The snapshots the last manifest put in place names (name -> its entry, or None): a
+        The snapshots a resumed run's manifest names (kind -> its entry, or None): a
         commit that writes none of one names these.
     """
 
     def __init__(self, path: Path, entries: dict[str, Any]) -> None:
         self.path = path
         self._entries = dict(entries)
+        last = read_manifest(path) or {}
+        #: the files the manifest in place names, and the number of its commit
+        self._named = named_files(last)
+        self._commits = int(last.get("commit", 0))
+        #: the kinds of snapshot the run commits (every kind the manifest names the files of)
+        self._kinds = set(self._entries) | set(last.get("snapshots", ()))
+        self._cut_short = bool(last)  # the commit after it may have left its files
         self._cond = threading.Condition()
         self._next: tuple[dict[str, Any], Snapshots] | None = None
         self._busy = False
         self._failure: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
+        #: what the thread runs once every commit is in place (the removal of a finished run),
+        #: and then, in any case, as its last work (the release of the directory's lock)
+        self._last: Callable[[], None] | None = None
+        self._release: Callable[[], None] | None = None
+        self._done = threading.Event()
         #: seconds the thread spent writing and flushing
         self.seconds = 0.0
 
@@ -59,37 +81,63 @@ class Committer:
             if self._next is not None:
                 snapshots = {**self._next[1], **snapshots}
             self._next = (manifest, snapshots)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="asyncckpt-commit",
-                                                daemon=True)
-                self._thread.start()
+            self._start()
             self._cond.notify_all()
 
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="asyncckpt-commit",
+                                            daemon=True)
+            self._thread.start()
+
     def wait(self, timeout: float) -> None:
-        """Wait until every commit submitted is in place (at most ``timeout`` seconds), and
-        raise the failure of one."""
+        """Wait until every commit submitted is in place, and raise the failure of one.
+
+        Raises
+        ------
+        StorageError
+            After ``timeout`` seconds (``transfer_timeout``) with a commit still under way (its
+            ``__cause__`` a :class:`TimeoutError`): the device is stalled.
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
             while (self._next is not None or self._busy) and self._failure is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    cause = TimeoutError(f"no answer within {timeout:g} s (transfer_timeout)")
                     raise StorageError(f"the commits to {self.path} took more than "
-                                       f"{timeout:g} s: the device is stalled")
+                                       f"{timeout:g} s: the device is stalled") from cause
                 self._cond.wait(left)
         self._raise_failure()
 
-    def close(self, timeout: float) -> None:
-        """:meth:`wait` (at most ``timeout`` seconds), then stop the thread; safe to call
-        twice. A commit still running then is left to its daemon thread."""
-        try:
-            self.wait(timeout)
-        finally:
-            with self._cond:
-                self._stopping = True
+    def finish(self, until: float, last: Callable[[], None] | None,
+               release: Callable[[], None]) -> None:
+        """Put the commits submitted in place, then run ``last`` (where they all were), then
+        ``release``, in any case; all on the thread, waited for until ``until`` (a
+        :func:`time.monotonic`) at the latest: past it, they are left to the thread, which
+        runs ``release`` once its write returns. Logs a failure rather than raising it: what
+        was put in place before stays, resumable. Call it once."""
+        with self._cond:
+            self._stopping = True
+            self._last, self._release = last, release
+            if self._thread is None and self._next is None:
+                idle = True  # nothing ever committed, nothing under way: no thread to wait on
+            else:
+                idle = False
+                self._start()
                 self._cond.notify_all()
-            if self._thread is not None and not self._busy:
-                self._thread.join(timeout)
-            self._thread = None
+        if idle:
+            self._end()
+        elif self._done.wait(max(until - time.monotonic(), 0.0)):
+            assert self._thread is not None
+            self._thread.join()
+        else:
+            log.warning("run_dir %s: a commit still runs (the device is stalled): left to its "
+                        "thread, which holds the directory until its write returns", self.path)
+            return
+        self._thread = None
+        if self._failure is not None:
+            log.warning("run_dir %s: a commit failed: %r", self.path, self._failure)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -102,12 +150,13 @@ class Committer:
                 while self._next is None and not self._stopping:
                     self._cond.wait()
                 if self._next is None:
-                    return
+                    break
                 (manifest, snapshots), self._next = self._next, None
                 self._busy = True
             start = time.perf_counter()
             try:
-                self._write(manifest, snapshots)
+                if self._failure is None:  # after a failure nothing more is put in place
+                    self._write(manifest, snapshots)
             except BaseException as exc:  # noqa: BLE001 - raised on the sweep's thread
                 self._failure = exc
             finally:
@@ -115,15 +164,35 @@ class Committer:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+        self._end()
+
+    def _end(self) -> None:
+        """The last work: ``last`` where every commit is in place, then ``release``."""
+        try:
+            if self._last is not None and self._failure is None:
+                self._last()
+        except BaseException as exc:  # noqa: BLE001 - logged by finish, or left to the thread
+            self._failure = exc
+        finally:
+            if self._release is not None:
+                self._release()
+            self._done.set()
 
     def _write(self, manifest: dict[str, Any], snapshots: Snapshots) -> None:
-        """Write the snapshots, then the manifest naming them; then remove those it no longer
-        names."""
-        for what, snapshot in snapshots.items():
-            self._entries[what] = None if snapshot is None else write_snapshot(
-                self.path, snapshot[0], snapshot[1])
-        write_manifest(self.path, {**manifest, **self._entries})
-        named = {e["file"] for e in self._entries.values() if e is not None}
-        for path in self.path.glob("*.bin"):
-            if path.name != STATES_FILE and path.name not in named:
-                path.unlink(missing_ok=True)
+        """Write the snapshots, then the manifest naming them; then remove those the manifest
+        it replaced named and this one does not."""
+        commit = self._commits + 1
+        kinds = self._kinds | set(snapshots)
+        if self._cut_short:  # what a process killed in this commit wrote: the run's own
+            for kind in kinds:
+                (self.path / f"{kind}.{commit}.bin").unlink(missing_ok=True)
+            self._cut_short = False
+        for kind, arrays in snapshots.items():
+            self._entries[kind] = None if arrays is None else write_snapshot(
+                self.path, f"{kind}.{commit}.bin", arrays)
+        record = {**manifest, **self._entries, "commit": commit, "snapshots": sorted(kinds)}
+        write_manifest(self.path, record)
+        self._commits, self._kinds = commit, kinds
+        replaced, self._named = self._named, named_files(record)
+        for name in sorted(replaced - self._named):
+            (self.path / name).unlink(missing_ok=True)

@@ -12,7 +12,7 @@ made, and what a resumed run does, is here:
 from __future__ import annotations
 
 import logging
-import os
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,12 @@ from schedules.multistage import reverse_stored
 from .._memory.buffers import aligned_buffer
 from ..errors import CorruptionError, StorageError, UsageError
 from ..storage.durable import STATES_FILE, DurableFileStorage
-from ..storage.rundir import FORMAT, read_manifest, read_snapshot
+from ..storage.rundir import FORMAT, DirectoryLock, read_manifest, read_snapshot
 from .committer import Committer, Snapshots
 from .identity import writer
 from .engine import TransferEngine
 from .resumable import ResumableEngine
+from .bounded import ABANDON_S
 from .run_files import check_same_run, check_unused, remove_run, take_directory
 from .interpreter import Interpreter
 
@@ -38,8 +39,6 @@ __all__ = ["NoRunDir", "RunDir"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds a run's end and ``close`` wait for the commits under way
-COMMIT_WAIT_S = 60.0
 
 
 class NoRunDir:
@@ -59,7 +58,7 @@ class NoRunDir:
     def ended(self, until: type) -> None:
         """Nothing to commit."""
 
-    def close(self) -> None:
+    def close(self, until: float | None = None) -> None:
         """Nothing to remove."""
 
 
@@ -82,12 +81,13 @@ class RunDir:
                  keep: bool) -> None:
         self.path, self.identity, self.keep = path, identity, keep
         self.outputs, self.adjoint = outputs, adjoint
-        #: the lock that keeps the directory this checkpointer's alone until close
-        self._lock = take_directory(path)
+        #: the lock that keeps the directory this checkpointer's alone until close (None
+        #: once closed)
+        self._lock: DirectoryLock | None = take_directory(path)
         try:
             self._open(path, identity)
         except BaseException:
-            os.close(self._lock)
+            self._lock.release()
             raise
 
     def _open(self, path: Path, identity: dict[str, Any]) -> None:
@@ -180,7 +180,7 @@ class RunDir:
         self._commit()
         # in place before the run writes a state: an earlier run's manifest may name the
         # records this run writes into
-        self._committer.wait(COMMIT_WAIT_S)
+        self._wait_commits()
 
     def _forward_from(self, schedule: AsyncMultistage, step: int) -> Iterator[Action]:
         """The schedule from the committed u_step on, restored into the live arrays (and the
@@ -274,7 +274,13 @@ class RunDir:
         self._commit()
         # a sweep's end is on the device when apply_forward or apply_reverse returns: a job
         # killed between the sweeps never runs the forward sweep again
-        self._committer.wait(COMMIT_WAIT_S)
+        self._wait_commits()
+
+    def _wait_commits(self) -> None:
+        """Wait for the commits under way, ``transfer_timeout`` at most (the engine's
+        deadline for a transfer), else raise: the device is stalled."""
+        assert self._engine is not None
+        self._committer.wait(self._engine.calls.deadline_s)
 
     # commits and restores
 
@@ -287,7 +293,7 @@ class RunDir:
             np.array(a, copy=True) for a in source.get_data(
                 self.identity["n_timesteps"] if step is None else step)]
         self._serial += 1
-        self._snapshots[what] = (f"{what}.{self._serial}.bin", arrays)
+        self._snapshots[what] = arrays  # the committer names its file
 
     def _commit(self) -> None:
         """Hand the manifest, with the snapshots taken since the last, to the committer."""
@@ -314,26 +320,18 @@ class RunDir:
                                   "is damaged: its checksum does not match the manifest's")
         link.deliver(buffer, self._interpreter.arrays(step, into=True))
 
-    def close(self) -> None:
-        """Wait for the commits under way (at most :data:`COMMIT_WAIT_S`), then remove the
-        directory of a finished run, or of none (nothing committed, nothing found), unless it
-        is to be kept; let go of the directory. Safe to call twice."""
-        if self._lock < 0:
+    def close(self, until: float | None = None) -> None:
+        """Put the commits under way in place, then remove the directory of a finished run, or
+        of none (nothing committed, nothing found), unless it is to be kept; let go of the
+        directory. Waits until ``until`` (a :func:`time.monotonic`; default ``ABANDON_S`` from
+        now) at the latest: a commit or removal still running then, on a stalled device, is
+        left to the committer's thread, which lets go of the directory once it returns. Safe
+        to call twice; nothing in a child the process forked (the parent's directory)."""
+        lock, self._lock = self._lock, None
+        if lock is None or not lock.held:
             return
-        try:
-            self._remove()
-        finally:
-            os.close(self._lock)
-            self._lock = -1
-
-    def _remove(self) -> None:
-        """The removal of :meth:`close`."""
-        try:
-            self._committer.close(COMMIT_WAIT_S)
-        except StorageError as exc:  # what was put in place before stays, resumable
-            log.warning("run_dir %s: %s", self.path, exc)
-            return
-        if self._manifest.get("sweep", "done") != "done" or self.keep:
-            return
-        remove_run(self.path)
+        removal = (None if self._manifest.get("sweep", "done") != "done" or self.keep
+                   else lambda: remove_run(self.path))
+        self._committer.finish(time.monotonic() + ABANDON_S if until is None else until,
+                               removal, lock.release)
 

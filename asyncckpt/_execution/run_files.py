@@ -1,26 +1,30 @@
 """The files of a run directory as a whole: whether a directory may take up a run, whether its
-manifest names this checkpointer's run, and the removal of a finished run's files."""
+manifest names this checkpointer's run, and the removal of a finished run's files (only those
+its manifest names, its states and its temporary: nothing else in the directory is touched)."""
 from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import StorageError, UsageError
 from ..storage.directories import make_private
 from ..storage.durable import STATES_FILE
-from ..storage.rundir import MANIFEST, fsync_directory, lock_directory
+from ..storage.rundir import (MANIFEST, REMOVING, TEMPORARY, DirectoryLock, fsync_directory,
+                              lock_directory, named_files, read_manifest)
 
-__all__ = ["check_same_run", "check_unused", "is_ours", "remove_run", "take_directory"]
+__all__ = ["check_same_run", "check_unused", "finish_removal", "remove_run", "take_directory"]
 
 log = logging.getLogger(__name__)
 
+#: What a directory that holds no manifest may hold: what a run killed before its first
+#: commit, or while its files were being removed, left
+_LEFT_BY_A_KILL = (STATES_FILE, TEMPORARY, REMOVING)
 
-def take_directory(path: Path) -> int:
-    """Make ``path`` (private) where it is missing, and lock it for this checkpointer alone;
-    the lock's file descriptor (closing it lets go)."""
+
+def take_directory(path: Path) -> DirectoryLock:
+    """Make ``path`` (private) where it is missing, and lock it for this checkpointer alone."""
     if not path.exists():
         make_private(path)
     elif not path.is_dir():
@@ -30,8 +34,11 @@ def take_directory(path: Path) -> int:
 
 def check_unused(path: Path) -> None:
     """Raise unless ``path`` holds nothing but what a run that never committed, or one killed
-    while its directory was being removed, left; make it private (0700)."""
-    others = sorted(p.name for p in path.iterdir() if not is_ours(p.name))
+    while its directory was being removed, left (that removal is finished here); make it
+    private (0700)."""
+    if os.path.lexists(path / REMOVING):
+        finish_removal(path, remove_directory=False)
+    others = sorted(p.name for p in path.iterdir() if p.name not in _LEFT_BY_A_KILL)
     if others:
         raise UsageError(f"run_dir {str(path)!r} holds no run's manifest but other "
                          f"files ({', '.join(others[:5])}): give an empty or new directory")
@@ -52,20 +59,33 @@ def check_same_run(path: Path, identity: dict[str, Any], theirs: dict[str, Any])
 
 
 def remove_run(path: Path) -> None:
-    """Remove a finished run's files from ``path``, then ``path`` where nothing else is in it."""
-    # the manifest first: a kill from here on leaves no run, and files a new one ignores
-    (path / MANIFEST).unlink(missing_ok=True)
-    fsync_directory(path)
-    for file in path.iterdir():
-        if is_ours(file.name):
-            file.unlink(missing_ok=True)
+    """Remove a finished run's files from ``path``, then ``path`` where nothing else is in it.
+
+    The manifest is put aside first (renamed :data:`~asyncckpt.storage.rundir.REMOVING`): a
+    kill from there on leaves no run, and the record of the files to remove, which the next
+    run in the directory removes (:func:`check_unused`)."""
     try:
-        path.rmdir()
-    except OSError:
-        log.info("run_dir %s holds other files: left in place", path)
+        os.replace(path / MANIFEST, path / REMOVING)
+    except FileNotFoundError:
+        pass  # nothing committed: the states' file alone, if that
+    else:
+        fsync_directory(path)
+    finish_removal(path)
 
 
-def is_ours(name: str) -> bool:
-    """Whether ``name`` is that of a file a run directory's run writes, besides its manifest."""
-    return (name in (STATES_FILE, f".{MANIFEST}.tmp")
-            or re.fullmatch(r"(outputs|adjoint)\.\d+\.bin", name) is not None)
+def finish_removal(path: Path, remove_directory: bool = True) -> None:
+    """Remove the files the manifest put aside names, the states' file and the run's
+    temporaries (the manifest's, and the snapshots of the commit after it, cut short by a
+    kill), then the manifest put aside, then (where ``remove_directory``) ``path`` where
+    nothing else is in it."""
+    record = read_manifest(path, REMOVING) or {}
+    cut_short = {f"{kind}.{record.get('commit', 0) + 1}.bin"
+                 for kind in record.get("snapshots", ())}
+    for name in sorted({STATES_FILE, TEMPORARY} | named_files(record) | cut_short):
+        (path / name).unlink(missing_ok=True)  # a link itself, never what it names
+    (path / REMOVING).unlink(missing_ok=True)
+    if remove_directory:
+        try:
+            path.rmdir()
+        except OSError:
+            log.info("run_dir %s holds other files: left in place", path)

@@ -207,7 +207,24 @@ class RunDirOptions:
         for name, value in (("outputs", outputs), ("adjoint", adjoint)):
             if value is not None:
                 check_descriptor(value)
-        return cls(Path(run_dir), outputs, adjoint, check_bool("keep_run_dir", keep))
+        return cls(run_dir_path(run_dir), outputs, adjoint, check_bool("keep_run_dir", keep))
+
+
+def run_dir_path(run_dir: str | os.PathLike[str]) -> Path:
+    """``run_dir`` as an absolute path, fixed now: a later ``os.chdir`` of the program moves
+    nothing. A ``$`` or a leading ``~`` is refused: Python expands neither in a path, so the
+    directory would be named literally so (``/scratch/$JOB_NAME/run``: one directory for every
+    job); the caller expands them (``os.path.expandvars``, ``os.path.expanduser``)."""
+    text = os.fspath(run_dir)
+    if not isinstance(text, str):
+        raise InvalidTypeError(f"run_dir must be a str or os.PathLike of str, got {text!r}")
+    if "$" in text or text.startswith("~"):
+        which = "an environment variable ($)" if "$" in text else "a home directory (~)"
+        raise InvalidValueError(
+            f"run_dir {text!r} names {which} that Python does not expand in a path: it would "
+            "be a directory of that literal name, shared by every job that gives it; expand "
+            "it first (os.path.expandvars, os.path.expanduser, or os.environ[...])")
+    return Path(os.path.abspath(text))
 
 
 @dataclass(frozen=True)

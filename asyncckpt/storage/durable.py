@@ -12,6 +12,7 @@ from .._memory.buffers import padded
 from ..errors import CorruptionError, StorageKeyError
 from .files import FileStorage
 from .kept import release_fds
+from .rundir import open_own
 
 __all__ = ["DurableFileStorage", "STATES_FILE"]
 
@@ -30,7 +31,9 @@ class DurableFileStorage(FileStorage):
     Parameters
     ----------
     path : str or os.PathLike
-        The run's directory (made private, 0700, where missing).
+        The run's directory (made private, 0700, where missing). Its ``states.bin`` is opened
+        without following a link: a link there, a hard link or a file of another kind is
+        refused (a :class:`~asyncckpt.errors.UsageError` naming it).
     direct : bool or None
         As for :class:`FileStorage`.
     """
@@ -40,7 +43,8 @@ class DurableFileStorage(FileStorage):
         self._open(root, direct)  # never a kept file: those have no name
 
     def _open_file(self, root: Path) -> int:
-        return os.open(root / STATES_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # never through a link: the states would overwrite the file it names
+        return open_own(root / STATES_FILE, os.O_RDWR | os.O_CREAT)
 
     def __repr__(self) -> str:
         return f"DurableFileStorage({str(self.path)!r})"

@@ -4,6 +4,12 @@ snapshots (a run's outputs, its adjoint) it names, each with its checksum.
 A file counts once it is written, flushed to the device and named by a manifest that was
 itself flushed and put in place by a rename (whose directory entry is flushed too): a process
 killed at any point leaves the last manifest put in place, and every file it names, whole.
+
+The directory holds only names its run wrote: every file is opened without following a
+symbolic link (:func:`open_own`: a link, a hard link or a file of another kind there is
+refused, naming it), a new one is made only where no file has its name, and a file is removed
+only where a manifest named it (or it is the run's own temporary). The directory's lock is
+closed in a child the process forks: a child never holds it.
 """
 from __future__ import annotations
 
@@ -12,6 +18,10 @@ import fcntl
 import json
 import logging
 import os
+import re
+import stat
+import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,13 +31,21 @@ import xxhash
 
 from ..errors import CorruptionError, InvalidValueError, StorageError, UsageError
 
-__all__ = ["FORMAT", "MANIFEST", "fsync_directory", "lock_directory", "read_manifest",
+__all__ = ["FORMAT", "MANIFEST", "REMOVING", "TEMPORARY", "DirectoryLock", "digest_of",
+           "fsync_directory", "lock_directory", "named_files", "open_own", "read_manifest",
            "read_snapshot", "write_manifest", "write_snapshot"]
 
 #: What a manifest says it is, and the version of its layout
-FORMAT = "asyncckpt-run/1"
+FORMAT = "asyncckpt-run/2"
 #: The manifest's name in a run directory
 MANIFEST = "manifest.json"
+#: The name the manifest is written under before its rename: the run's own temporary
+TEMPORARY = f".{MANIFEST}.tmp"
+#: The manifest of a finished run, put aside while the files it names are removed: a process
+#: killed then leaves the record of what to remove for the next run in the directory
+REMOVING = f".{MANIFEST}.removing"
+#: The name of a snapshot a manifest may name: its kind and the commit that wrote it
+_SNAPSHOT_NAME = re.compile(r"[a-z_]+\.[0-9]+\.bin")
 #: What flock raises on a file system that has none
 _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
@@ -47,9 +65,55 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def lock_directory(directory: Path) -> int:
+class DirectoryLock:
+    """An exclusive lock (``flock``) on a run directory, held until :meth:`release` (or the
+    process's end, a kill included). A child the process forks closes its copy of the
+    descriptor at once (``os.register_at_fork``): an flock belongs to the open file, so a
+    child keeping it (a pool's worker) would hold the directory after the parent let go."""
+
+    def __init__(self, directory: Path, fd: int) -> None:
+        self.directory = directory
+        self._fd = fd
+        self._guard = threading.Lock()
+        _LOCKS.add(self)
+
+    @property
+    def held(self) -> bool:
+        """Whether this process holds the lock (not yet released, not a forked child's)."""
+        return self._fd >= 0
+
+    def release(self) -> None:
+        """Let go of the directory; safe to call twice, from any thread."""
+        with self._guard:
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def _forget_in_child(self) -> None:
+        # the child is single-threaded: the guard may be held by a thread that is gone
+        self._guard = threading.Lock()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+#: The locks this process holds, closed in a forked child
+_LOCKS: weakref.WeakSet[DirectoryLock] = weakref.WeakSet()
+
+
+def _forget_locks_in_child() -> None:
+    for lock in list(_LOCKS):
+        lock._forget_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
+def lock_directory(directory: Path) -> DirectoryLock:
     """Take ``directory`` for this checkpointer alone: an exclusive lock (``flock``) on it,
-    held until the returned descriptor is closed (or the process ends, a kill included).
+    held until the returned lock's :meth:`~DirectoryLock.release` (or the process ends, a kill
+    included), never by a child the process forks.
 
     Raises
     ------
@@ -74,12 +138,48 @@ def lock_directory(directory: Path) -> int:
     except BaseException:
         os.close(fd)
         raise
+    return DirectoryLock(directory, fd)
+
+
+def open_own(path: Path, flags: int, mode: int = 0o600) -> int:
+    """Open ``path``, a file of a run directory, without following a symbolic link
+    (``O_NOFOLLOW``); the descriptor.
+
+    Raises
+    ------
+    UsageError
+        If ``path`` is a symbolic link, not a regular file, or has other names (a hard link
+        to a file elsewhere would be written through): a run directory's files are its run's.
+    FileNotFoundError
+        If it is missing and ``flags`` has no ``O_CREAT``.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{path} is a symbolic link: a run directory holds only files its "
+                             "run wrote, opened without following links; remove it") from None
+        if exc.errno == errno.EEXIST:
+            raise UsageError(f"{path} exists, and this run did not write it: a run directory "
+                             "holds only files its run wrote; remove it") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            what = ("not a regular file" if not stat.S_ISREG(info.st_mode)
+                    else f"a file of {info.st_nlink} names (hard links)")
+            raise UsageError(f"{path} is {what}: a run directory holds only files its run "
+                             "wrote; remove it")
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
-def _write_flushed(path: Path, chunks: Sequence[memoryview | bytes]) -> None:
-    """Write ``chunks`` to a new ``path`` (0600) and flush it to the device."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+def _write_new(path: Path, chunks: Sequence[memoryview | bytes]) -> None:
+    """Write ``chunks`` to ``path``, a file made anew (0600: refused where a file has the
+    name), and flush it to the device."""
+    fd = open_own(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         for chunk in chunks:
             view = memoryview(chunk).cast("B")
@@ -90,29 +190,50 @@ def _write_flushed(path: Path, chunks: Sequence[memoryview | bytes]) -> None:
         os.close(fd)
 
 
+def _read_own(path: Path) -> bytes:
+    """The bytes of ``path``, a file of a run directory, read without following a link."""
+    fd = open_own(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        chunks, got = [], 0
+        while True:
+            chunk = os.read(fd, max(size - got, 1 << 16))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            got += len(chunk)
+    finally:
+        os.close(fd)
+
+
 def write_manifest(directory: Path, record: dict[str, Any]) -> None:
     """Put ``record`` in place as the manifest of ``directory``, with its checksum, atomically:
-    written to a temporary name and flushed, renamed over the last one, the rename flushed."""
+    written to the run's temporary name (made anew) and flushed, renamed over the last one,
+    the rename flushed."""
     body = json.dumps(record, sort_keys=True)
     text = json.dumps({"checksum": _digest(body.encode()), "manifest": record},
                       sort_keys=True, indent=1)
-    temporary = directory / f".{MANIFEST}.tmp"
-    _write_flushed(temporary, [text.encode()])
+    temporary = directory / TEMPORARY
+    temporary.unlink(missing_ok=True)  # a kill's leftover, or a link planted there: not followed
+    _write_new(temporary, [text.encode()])
     os.replace(temporary, directory / MANIFEST)
     fsync_directory(directory)
 
 
-def read_manifest(directory: Path) -> dict[str, Any] | None:
-    """The manifest of ``directory`` (None where it has none).
+def read_manifest(directory: Path, name: str = MANIFEST) -> dict[str, Any] | None:
+    """The manifest of ``directory`` (None where it has none); ``name``: the one put aside
+    (:data:`REMOVING`).
 
     Raises
     ------
     CorruptionError
         If it is not a manifest, or its checksum does not match what it says.
+    UsageError
+        If it is a symbolic link (see :func:`open_own`).
     """
-    path = directory / MANIFEST
+    path = directory / name
     try:
-        text = path.read_bytes()
+        text = _read_own(path)
     except FileNotFoundError:
         return None
     try:
@@ -126,7 +247,23 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
     if record.get("format") != FORMAT:
         raise CorruptionError(f"{path} is of format {record.get('format')!r}, this version "
                               f"reads {FORMAT!r}")
+    for value in record.values():
+        if isinstance(value, dict) and "file" in value:
+            _check_name(path, value["file"])
     return dict(record)
+
+
+def _check_name(manifest: Path, name: object) -> None:
+    """Raise unless ``name`` (a file ``manifest`` names) is one a run writes in its directory."""
+    if not isinstance(name, str) or _SNAPSHOT_NAME.fullmatch(name) is None:
+        raise CorruptionError(f"{manifest} is damaged: it names the file {name!r}, not one a "
+                              "run writes in its directory")
+
+
+def named_files(record: dict[str, Any]) -> set[str]:
+    """The files (besides the states) the manifest ``record`` names: its snapshots'."""
+    return {value["file"] for value in record.values()
+            if isinstance(value, dict) and isinstance(value.get("file"), str)}
 
 
 def _bytes_of(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -139,17 +276,22 @@ def _bytes_of(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [a.reshape(-1).view(np.uint8) for a in arrays]
 
 
+def digest_of(arrays: Sequence[np.ndarray]) -> int:
+    """The checksum of the bytes of ``arrays``, one after another (what a snapshot of them
+    records)."""
+    hasher = xxhash.xxh3_64()
+    for view in _bytes_of(arrays):
+        hasher.update(view.data)
+    return hasher.intdigest()
+
+
 def write_snapshot(directory: Path, name: str, arrays: Sequence[np.ndarray]
                    ) -> dict[str, Any]:
-    """Write the bytes of ``arrays`` to ``directory/name``, flushed; return the manifest's entry
-    for it (its name, size and checksum)."""
+    """Write the bytes of ``arrays`` to ``directory/name``, a file made anew, flushed; return
+    the manifest's entry for it (its name, size and checksum)."""
     views = _bytes_of(arrays)
-    hasher = xxhash.xxh3_64()
-    for view in views:
-        hasher.update(view.data)
-    _write_flushed(directory / name, [v.data for v in views])
-    return {"file": name, "nbytes": sum(v.nbytes for v in views),
-            "digest": hasher.intdigest()}
+    _write_new(directory / name, [v.data for v in views])
+    return {"file": name, "nbytes": sum(v.nbytes for v in views), "digest": digest_of(arrays)}
 
 
 def read_snapshot(directory: Path, entry: dict[str, Any], arrays: Sequence[np.ndarray]) -> None:
@@ -164,7 +306,7 @@ def read_snapshot(directory: Path, entry: dict[str, Any], arrays: Sequence[np.nd
     """
     path = directory / entry["file"]
     try:
-        data = path.read_bytes()
+        data = _read_own(path)
     except FileNotFoundError:
         raise StorageError(f"{path}, named by the manifest, is missing") from None
     views = _bytes_of(arrays)

@@ -22,7 +22,7 @@ import pytest
 from asyncckpt import AsyncCheckpointer, CheckpointError
 from asyncckpt.errors import CorruptionError, TransferError, UsageError
 from asyncckpt.storage.durable import STATES_FILE, DurableFileStorage
-from asyncckpt.storage.rundir import MANIFEST, read_manifest
+from asyncckpt.storage.rundir import MANIFEST, REMOVING, read_manifest
 from asyncckpt.testing import StorageTests
 from resume_job import Adjoint, Traces, operators, run
 from workloads import RecurrentCell, store_all_reference
@@ -269,11 +269,12 @@ def test_durable_storage_hands_its_states_to_a_later_backend(tmp_path):
 
 
 def test_a_run_killed_while_its_directory_was_removed_starts_afresh(tmp_path, reference):
-    """close() removes the manifest first: what a kill then leaves is no run, and files a
-    fresh one takes over (a kill that removed a snapshot first left a manifest naming it)."""
+    """close() puts the manifest aside first: what a kill then leaves is no run, and the
+    record of its files, which a fresh run removes before it starts (a kill that removed a
+    snapshot first left a manifest naming it)."""
     run_dir = tmp_path / "run"
     killed(run_dir, "rev", 20, 0, 24)
-    (run_dir / MANIFEST).unlink()
+    (run_dir / MANIFEST).rename(run_dir / REMOVING)
     result = run(str(run_dir), N, INTERVAL)
     assert result["resumed"] is None
     check_exact(result, reference)
