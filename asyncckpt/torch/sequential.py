@@ -1,6 +1,7 @@
 """``checkpoint_sequential``: a stack of layers checkpointed by asyncckpt."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 from collections import OrderedDict
@@ -13,8 +14,9 @@ from ..checkpointer import AsyncCheckpointer
 from ..errors import InvalidTypeError, InvalidValueError
 
 from .function import Checkpointed, ForwardOperator, ReverseOperator, record_stats
+from .preserve import (Autocast, Buffers, Generators, LateDraw, UnlistedLeafError,
+                       describe_leaf, reached_leaves)
 from .segments import STACK_CHECKPOINTS_SHARE, graph_share, in_segments, segment_starts
-from .trees import closed_over_parameters
 
 __all__ = ["PASSES", "Passes", "SequentialRun", "activation_shapes", "checkpoint_sequential",
            "meta_pass"]
@@ -26,11 +28,13 @@ def activation_shapes(layers: Sequence[Any], input: torch.Tensor) -> list[tuple[
     return meta_pass(layers, input)[0]
 
 
-def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[list[tuple[Any, Any]],
-                                                                    list[int | None]]:
-    """:func:`activation_shapes`, and the bytes each layer's graph keeps for its backward
+def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[
+        list[tuple[Any, Any]], list[int | None], list[list[torch.Tensor]]]:
+    """:func:`activation_shapes`, the bytes each layer's graph keeps for its backward
     (the tensors autograd saves, each counted once, parameters not at all; None for a layer
-    run for real)."""
+    run for real), and the tensors needing a gradient each layer reaches, found by autograd
+    in its graph (a module's parameters through their copies on the meta device). A layer
+    run for real runs with the random generators and the buffers put back after it."""
     from torch.func import functional_call
 
     shapes = [(input.shape, input.dtype)]
@@ -40,6 +44,8 @@ def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[list[tuple[An
     parameters: dict[int, torch.Tensor] = {}  # held, so that no later tensor takes an id
     saved: dict[int, torch.Tensor] = {}  # the tensors held, so ids stay theirs
     kept = [0]  # their bytes
+    reached: list[list[torch.Tensor]] = []
+    generators = Generators([input])
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         base = tensor if tensor._base is None else tensor._base  # a view keeps its base
@@ -51,30 +57,43 @@ def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[list[tuple[An
     for i, layer in enumerate(layers):
         if real is None:
             before = kept[0]
+            inputs = x  # the meta graph runs on, so that a tensor saved twice counts once
             try:
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+                with torch.enable_grad(), \
+                        torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
                     if isinstance(layer, torch.nn.Module):
                         state = {name: t.to("meta") for name, t in
                                  [*layer.named_parameters(), *layer.named_buffers()]}
                         parameters.update((id(t), t) for t in state.values())
-                        x = functional_call(layer, state, (x,))
+                        x = functional_call(layer, state, (inputs,))
                     else:
-                        x = layer(x)
+                        x = layer(inputs)
                 graph.append(kept[0] - before)
             except (NotImplementedError, RuntimeError):
                 real = input
-                with torch.no_grad():
-                    for earlier in layers[:i]:
-                        real = earlier(real)
+                with generators.fork(), Buffers() as touched, torch.no_grad():
+                    try:
+                        for earlier in layers[:i]:
+                            real = earlier(real)
+                    finally:
+                        touched.restore()
         if real is not None:
-            with torch.no_grad():
-                real = layer(real)
-            x = real
+            inputs = real.detach().requires_grad_(real.is_floating_point())
+            with generators.fork(), Buffers() as touched, torch.enable_grad():
+                try:
+                    x = layer(inputs)
+                finally:
+                    touched.restore()
+            real = x.detach() if isinstance(x, torch.Tensor) else x
             graph.append(None)
         if not isinstance(x, torch.Tensor):
             raise InvalidTypeError(f"layer {i} returned a {type(x).__name__}, expected a tensor")
+        reached.append(reached_leaves([x] if x.grad_fn is not None else [], {id(inputs)},
+                                      {inputs.grad_fn} if inputs.grad_fn is not None else set()))
+        if real is not None:
+            x = real
         shapes.append((x.shape, x.dtype))
-    return shapes, graph
+    return shapes, graph, reached
 
 
 class Passes:
@@ -146,7 +165,8 @@ class SequentialRun:
     name = "checkpoint_sequential"
 
     def __init__(self, layers: Sequence[Any], input: torch.Tensor, segments: int | None,
-                 options: dict[str, Any], key: tuple[Any, ...]) -> None:
+                 options: dict[str, Any], key: tuple[Any, ...], *,
+                 preserve_rng_state: bool = True, with_rng: bool = False) -> None:
         self.layers = list(layers)
         passed = PASSES.get(key, self.layers)
         #: whether the shapes came from an earlier call's pass
@@ -154,7 +174,7 @@ class SequentialRun:
         if passed is None:
             passed = meta_pass(self.layers, input)
             PASSES.put(key, self.layers, passed)
-        self.shapes, graph = passed
+        self.shapes, graph, reached = passed
         sizes = [torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
                  for shape, dtype in self.shapes]
         # a layer run for real, off the meta device: its input and output, as a bound
@@ -162,15 +182,33 @@ class SequentialRun:
         most, options = graph_share(max(sizes), options, STACK_CHECKPOINTS_SHARE)
         self.starts = segment_starts(graph, segments, most)
         self.sizes = [sizes[t] for t in self.starts]
-        self.size, self.dtype = max(self.sizes), torch.uint8  # the descriptor's: the largest
-        self.buffer = torch.empty(self.size, dtype=torch.uint8, device=input.device)
-        self.view(0).copy_(input)
-        self.arrays = self.buffer if input.device.type != "cpu" else self.buffer.numpy()
         self.params = [list({id(p): p for t in range(begin, end)
-                             for p in closed_over_parameters(self.layers[t])}.values())
+                             for p in reached[t]}.values())
                        for begin, end in zip(self.starts, self.starts[1:])]
         self.flat_params = list({id(p): p for ps in self.params for p in ps}.values())
         self.index = {id(p): k for k, p in enumerate(self.flat_params)}
+        self.param_ids = set(self.index)
+        self.preserve_rng_state = preserve_rng_state
+        self.autocast = Autocast()
+        self.generators = Generators([input, *self.flat_params])
+        self.forward_buffers, self.touched = Buffers(), Buffers()
+        self.recording = True
+        self.reached = 0  # the segments the forward sweep has run
+        # the generators' state is checkpointed after the activation where a layer draws
+        # (a dropout layer, or a layer that drew in an earlier forward sweep: LateDraw)
+        rng = preserve_rng_state and (with_rng or any(
+            isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
+            for layer in self.layers if isinstance(layer, torch.nn.Module)
+            for m in layer.modules()))
+        rng_bytes = self.generators.nbytes if rng else 0
+        self.size, self.dtype = max(self.sizes), torch.uint8  # the descriptor's: the largest
+        self.buffer = torch.empty(self.size + rng_bytes, dtype=torch.uint8, device=input.device)
+        self.rng = self.buffer[self.size:] if rng else None
+        self.size += rng_bytes
+        if self.rng is not None:
+            self.rng.copy_(self.generators.get())
+        self.view(0).copy_(input)
+        self.arrays = self.buffer if input.device.type != "cpu" else self.buffer.numpy()
         self.adjoint: torch.Tensor | None = None
         self.grad_params: list[torch.Tensor | None] = []
         self.checkpointer = AsyncCheckpointer(self, ForwardOperator(self), ReverseOperator(self),
@@ -184,7 +222,11 @@ class SequentialRun:
 
     # the checkpoint descriptor asyncckpt reads: u_0 at the descriptor's size, as it checks
     def get_data(self, timestep: int) -> list[Any]:
-        return [self.arrays if timestep == 0 else self.arrays[:self.sizes[timestep]]]
+        if timestep == 0:
+            return [self.arrays]
+        if self.rng is None:
+            return [self.arrays[:self.sizes[timestep]]]
+        return [self.arrays[:self.sizes[timestep]], self.arrays[self.size - self.rng.numel():]]
 
     def get_data_location(self, timestep: int) -> list[Any]:
         return self.get_data(timestep)
@@ -202,33 +244,74 @@ class SequentialRun:
         return x
 
     def advance(self, start: int, end: int) -> None:
-        for s in range(start, end):
-            with torch.no_grad():
+        if self.recording and start < self.reached < end:
+            self.advance(start, self.reached)
+            self.advance(self.reached, end)
+            return
+        # the forward sweep may run segments again (it split a call): their modules' buffers
+        # are put back after, as the backward's recomputations are
+        again = self.recording and start < self.reached
+        self.reached = max(self.reached, end)
+        generators, rng = self.generators, self.rng
+        # the generators are part of the state: a segment draws from its input's
+        if rng is not None:
+            generators.set(rng)
+        elif self.recording and self.preserve_rng_state:
+            before = generators.get()
+        with contextlib.ExitStack() as stack:
+            if again:
+                stack.callback(stack.enter_context(Buffers()).restore)
+            elif self.recording:
+                stack.enter_context(self.forward_buffers)
+            stack.enter_context(self.autocast())
+            stack.enter_context(torch.no_grad())
+            for s in range(start, end):
                 output = self.segment(s, self.view(s))
                 if output.untyped_storage().data_ptr() == \
                         self.buffer.untyped_storage().data_ptr():
                     output = output.clone()  # a view of its input (a reshape, say)
                 self.view(s + 1).copy_(output)
+        if rng is not None:
+            rng.copy_(generators.get())
+        elif self.recording and self.preserve_rng_state \
+                and not torch.equal(before, generators.get()):
+            raise LateDraw(f"layers {self.starts[start]} to {self.starts[end] - 1}")
 
     def reverse(self, s: int) -> None:
         floating = self.shapes[self.starts[s]][1].is_floating_point
-        with torch.enable_grad():
+        if self.rng is not None:
+            self.generators.set(self.rng)
+        with self.autocast(), torch.enable_grad():
             inputs = self.view(s).detach().requires_grad_(floating)
             output = self.segment(s, inputs)
+            unlisted = reached_leaves([output] if output.grad_fn is not None else [],
+                                      self.param_ids | {id(inputs)})
+            if unlisted:
+                raise UnlistedLeafError(
+                    f"{self.name}: layers {self.starts[s]} to {self.starts[s + 1] - 1} reach "
+                    f"{describe_leaf(unlisted[0], self.touched.named())}, which requires grad "
+                    "and was not found in their first pass (a layer that reaches other "
+                    "tensors from call to call): make it an nn.Module that owns them")
             wanted = ([inputs] if floating else []) + self.params[s]
-            got = torch.autograd.grad(output, wanted, self.adjoint, allow_unused=True) \
+            outputs, seeds = [output], [self.adjoint]
+            # Each parameter's sum so far enters its gradient first, through an identity made
+            # last (autograd runs it first): this segment's uses are then added one by one,
+            # in the order plain autograd adds them (as checkpoint_scan sums them)
+            for parameter in self.params[s]:
+                total = self.grad_params[self.index[id(parameter)]]
+                if total is not None:
+                    outputs.append(parameter.view_as(parameter))
+                    seeds.append(total)
+            got = torch.autograd.grad(outputs, wanted, seeds, allow_unused=True) \
                 if output.requires_grad and wanted else [None] * len(wanted)
         self.adjoint = got[0] if floating else None
         for parameter, grad in zip(self.params[s], got[1:] if floating else got):
-            if grad is not None:  # summed from the last segment down, as autograd sums them
-                k = self.index[id(parameter)]
-                total = self.grad_params[k]
-                if total is None:
-                    self.grad_params[k] = grad.clone()
-                else:
-                    total.add_(grad)
+            if grad is not None:
+                self.grad_params[self.index[id(parameter)]] = grad
 
     def forward_outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        self.recording = False
+        self.forward_buffers.check(self.name)
         self.input_needs_grad = inputs[0].requires_grad
         return (self.view(len(self.starts) - 1).clone(),)
 
@@ -237,7 +320,12 @@ class SequentialRun:
         last = self.view(len(self.starts) - 1)
         self.adjoint = grad if grad is not None else torch.zeros_like(last)
         self.grad_params = [None] * len(self.flat_params)
-        self.checkpointer.apply_reverse()
+        # the caller's generators and the modules' buffers as the forward sweep left them
+        with self.generators.fork(), Buffers() as self.touched:
+            try:
+                self.checkpointer.apply_reverse()
+            finally:
+                self.touched.restore()
         grads_out = (self.adjoint if self.input_needs_grad else None, *self.grad_params)
         # let go of them, so autograd can take them into .grad instead of copying them
         self.adjoint, self.grad_params = None, []
@@ -247,7 +335,8 @@ class SequentialRun:
 def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input: torch.Tensor,
                           *, segments: int | None = None,
                           memory_budget: int | str | None = None, storage: Any = None,
-                          interval: int | str = "auto", **options: Any) -> torch.Tensor:
+                          interval: int | str = "auto", preserve_rng_state: bool = True,
+                          **options: Any) -> torch.Tensor:
     """``functions`` applied in turn to ``input``, back-propagated by asyncckpt in bounded memory.
 
     The stack is cut into segments of consecutive layers; the input of each is a state that
@@ -256,8 +345,9 @@ def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input:
     ``torch.utils.checkpoint.checkpoint_sequential`` does. The inputs of segments may differ in
     shape and size (each is stored at its own size in a budget sized for the largest). The
     shapes, and the bytes each layer's graph keeps, come first from a pass on torch's meta
-    device. Layers must be deterministic and keep no state across calls (dropout, batch norm
-    in training mode: as with ``torch.utils.checkpoint``).
+    device. Layers must compute the same values when run again from the same input, random
+    generators and buffers (deterministic kernels); dropout, noise and BatchNorm in training
+    mode recompute exactly (docs/torch.md says what is restored).
 
     Parameters
     ----------
@@ -268,7 +358,7 @@ def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input:
         That many segments of equal numbers of layers. Default: from the budget, which covers
         the checkpoints and one segment's graph: segments whose graphs take at most half of it
         (the checkpoints keep the rest), and at least sqrt(layers) segments.
-    memory_budget, storage, interval, **options
+    memory_budget, storage, interval, preserve_rng_state, **options
         As :func:`checkpoint_scan`'s.
 
     Returns
@@ -290,16 +380,30 @@ def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input:
     if memory_budget is not None:
         options["memory_budget"] = memory_budget
     options.update(storage=storage, interval=interval)
+    if not isinstance(preserve_rng_state, bool):
+        raise InvalidTypeError(f"preserve_rng_state must be a bool, got {preserve_rng_state!r}")
     key = Passes.key(layers, input)
-    run = SequentialRun(layers, input, segments, dict(options), key)
-    try:
-        (output,) = Checkpointed.apply(run, input, *run.flat_params)
-    except InvalidValueError:
-        if not run.remembered:
-            raise
-        PASSES.drop(key)  # a layer's outputs changed since its pass: once more, afresh
-        run = SequentialRun(layers, input, segments, dict(options), key)
-        (output,) = Checkpointed.apply(run, input, *run.flat_params)
+    with_rng, fresh = False, False
+    while True:
+        run = SequentialRun(layers, input, segments, dict(options), key,
+                            preserve_rng_state=preserve_rng_state, with_rng=with_rng)
+        initial = run.generators.get()
+        try:
+            (output,) = Checkpointed.apply(run, input, *run.flat_params)
+            break
+        except LateDraw:
+            # a layer drew with no generator state in the checkpoints: again, with it
+            if with_rng:
+                raise
+            with_rng = True
+        except InvalidValueError as error:
+            if not run.remembered or fresh or isinstance(error, UnlistedLeafError) \
+                    or "buffer" in str(error):
+                raise
+            PASSES.drop(key)  # a layer's outputs changed since its pass: once more, afresh
+            fresh = True
+        run.generators.set(initial)
+        run.forward_buffers.restore()
     if not output.requires_grad:
         run.checkpointer.close()
         record_stats(run.checkpointer.stats)

@@ -62,7 +62,9 @@ def closed_over_parameters(step: Callable[..., Any]) -> list[torch.Tensor]:
     """The tensors that require grad which ``step`` reaches: an ``nn.Module``'s parameters and
     tensors, as ``step`` itself, its ``__self__``, a ``functools.partial``'s function and
     arguments, its closure's cells or the globals its code names (two levels deep: a function
-    it calls is searched too). Anything reached otherwise: pass ``params=``."""
+    it calls is searched too). A guess from the closures, kept for callers that want a list
+    up front: :func:`checkpoint_scan` and :func:`checkpoint_sequential` find what needs a
+    gradient in the graph autograd builds instead, however deep the helpers."""
     found: dict[int, torch.Tensor] = {}
 
     def visit(obj: Any, depth: int = 0) -> None:
@@ -118,12 +120,21 @@ class Live:
     seen by the checkpointer as numpy views (host memory) or as the tensors themselves (a CUDA
     device), as bytes where the leaves' dtypes differ."""
 
-    def __init__(self, leaves: Sequence[torch.Tensor]) -> None:
+    def __init__(self, leaves: Sequence[torch.Tensor], extra_bytes: int = 0) -> None:
         self.tensors = [leaf.detach().clone().contiguous() for leaf in leaves]
         dtypes = {t.dtype for t in self.tensors}
         self.as_bytes = len(dtypes) > 1
         views = [t.reshape(-1).view(torch.uint8) if self.as_bytes else t.reshape(-1)
                  for t in self.tensors]
+        #: ``extra_bytes`` checkpointed with the carry (the random generators' state), as
+        #: bytes; their array is padded to whole elements of the carry's dtype
+        self.extra: torch.Tensor | None = None
+        if extra_bytes:
+            itemsize = views[0].element_size()
+            padded = torch.zeros(-(-extra_bytes // itemsize) * itemsize, dtype=torch.uint8,
+                                 device=self.tensors[0].device)
+            self.extra = padded[:extra_bytes]
+            views.append(padded.view(views[0].dtype))
         on_device = any(t.device.type != "cpu" for t in self.tensors)
         self.arrays: list[Any] = views if on_device else [v.numpy() for v in views]
         self.dtype = torch.uint8 if self.as_bytes else self.tensors[0].dtype

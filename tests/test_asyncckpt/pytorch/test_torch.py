@@ -298,7 +298,7 @@ def test_the_meta_pass_counts_what_each_layer_keeps_for_its_backward():
     from asyncckpt.torch.sequential import meta_pass
 
     layers = [torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)]
-    shapes, graph = meta_pass(layers, torch.randn(4, 8))
+    shapes, graph, _ = meta_pass(layers, torch.randn(4, 8))
     assert [tuple(shape) for shape, _ in shapes] == [(4, 8), (4, 16), (4, 16), (4, 2)]
     # the first Linear keeps its input (128 bytes), tanh its output (256), and the second
     # Linear that same output again: counted once; parameters and their views never
@@ -338,7 +338,7 @@ def test_a_budget_holds_the_checkpoints_and_one_segments_graph():
     budget = 2**20
     out = checkpoint_sequential(net, x, memory_budget=budget)
     run = out.grad_fn.run
-    _, graph = meta_pass(list(net), x)
+    _, graph, _ = meta_pass(list(net), x)
     held = [sum(graph[a:b]) for a, b in zip(run.starts, run.starts[1:])]
     # the checkpoints keep half the budget, the longest segment's graph fits in the other
     assert run.checkpointer.memory_budget == budget // 2
