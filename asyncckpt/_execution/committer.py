@@ -7,10 +7,11 @@ one has none of theirs): the thread always writes the latest, and a sweep never 
 backlog of flushes.
 
 The thread names the files: commit ``c`` writes its snapshots as ``KIND.c.bin`` and its
-manifest says ``"commit": c``. A process killed in commit ``c + 1`` leaves at most those names
-unnamed, which the first commit of the next process removes (the run's own temporaries); every
-other file the thread removes is one the manifest it replaced named, and this one no longer
-does. Whoever waits for it waits a deadline at most: a stalled device holds the thread, never
+manifest says ``"commit": c``, and names (``"replaced"``) the files the manifest it replaces
+named and it does not, which the thread removes once it is in place. A process killed in
+commit ``c + 1`` leaves at most those names unnamed, and one killed before its removals the
+files manifest ``c`` says it replaced: the first commit of the next process removes both. No
+other file is ever removed. Whoever waits for it waits a deadline at most: a stalled device holds the thread, never
 the caller, and the directory's lock with it until its write returns.
 """
 from __future__ import annotations
@@ -58,7 +59,11 @@ class Committer:
         self._commits = int(last.get("commit", 0))
         #: the kinds of snapshot the run commits (every kind the manifest names the files of)
         self._kinds = set(self._entries) | set(last.get("snapshots", ()))
-        self._cut_short = bool(last)  # the commit after it may have left its files
+        #: what a process killed in the commit after it, or before its removals, left
+        self._left: set[str] | None = None
+        if last:
+            self._left = set(last.get("replaced", ())) | {
+                f"{kind}.{self._commits + 1}.bin" for kind in self._kinds}
         self._cond = threading.Condition()
         self._next: tuple[dict[str, Any], Snapshots] | None = None
         self._busy = False
@@ -183,16 +188,17 @@ class Committer:
         it replaced named and this one does not."""
         commit = self._commits + 1
         kinds = self._kinds | set(snapshots)
-        if self._cut_short:  # what a process killed in this commit wrote: the run's own
-            for kind in kinds:
-                (self.path / f"{kind}.{commit}.bin").unlink(missing_ok=True)
-            self._cut_short = False
+        if self._left is not None:  # the run's own, left by a kill
+            for name in sorted(self._left):
+                (self.path / name).unlink(missing_ok=True)
+            self._left = None
         for kind, arrays in snapshots.items():
             self._entries[kind] = None if arrays is None else write_snapshot(
                 self.path, f"{kind}.{commit}.bin", arrays)
         record = {**manifest, **self._entries, "commit": commit, "snapshots": sorted(kinds)}
-        write_manifest(self.path, record)
-        self._commits, self._kinds = commit, kinds
-        replaced, self._named = self._named, named_files(record)
-        for name in sorted(replaced - self._named):
+        named = named_files(record)
+        replaced = sorted(self._named - named)
+        write_manifest(self.path, {**record, "replaced": replaced})
+        self._commits, self._kinds, self._named = commit, kinds, named
+        for name in replaced:
             (self.path / name).unlink(missing_ok=True)

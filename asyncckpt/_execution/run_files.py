@@ -74,14 +74,15 @@ def remove_run(path: Path) -> None:
 
 
 def finish_removal(path: Path, remove_directory: bool = True) -> None:
-    """Remove the files the manifest put aside names, the states' file and the run's
-    temporaries (the manifest's, and the snapshots of the commit after it, cut short by a
-    kill), then the manifest put aside, then (where ``remove_directory``) ``path`` where
-    nothing else is in it."""
+    """Remove the files the manifest put aside names or says it replaced, the states' file
+    and the run's temporaries (the manifest's, and the snapshots of the commit after it, cut
+    short by a kill), then the manifest put aside, then (where ``remove_directory``) ``path``
+    where nothing else is in it."""
     record = read_manifest(path, REMOVING) or {}
     cut_short = {f"{kind}.{record.get('commit', 0) + 1}.bin"
                  for kind in record.get("snapshots", ())}
-    for name in sorted({STATES_FILE, TEMPORARY} | named_files(record) | cut_short):
+    left = cut_short | set(record.get("replaced", ()))
+    for name in sorted({STATES_FILE, TEMPORARY} | named_files(record) | left):
         (path / name).unlink(missing_ok=True)  # a link itself, never what it names
     (path / REMOVING).unlink(missing_ok=True)
     if remove_directory:

@@ -250,6 +250,10 @@ def read_manifest(directory: Path, name: str = MANIFEST) -> dict[str, Any] | Non
     for value in record.values():
         if isinstance(value, dict) and "file" in value:
             _check_name(path, value["file"])
+    for name in record.get("replaced", ()):  # removed by a later commit, or the removal
+        _check_name(path, name)
+    for kind in record.get("snapshots", ()):
+        _check_name(path, f"{kind}.0.bin")
     return dict(record)
 
 

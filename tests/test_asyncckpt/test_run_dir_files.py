@@ -255,17 +255,20 @@ def test_a_removal_cut_short_is_finished_by_the_next_run(tmp_path, reference):
 
 
 def test_a_commit_cut_short_leaves_nothing_behind(tmp_path, reference):
-    """A process killed while it wrote a commit's snapshots leaves them unnamed: the next
-    commit writes the same names anew (the run's own temporaries), and the run's end leaves
-    no file behind."""
+    """A process killed while it wrote a commit's snapshots leaves them unnamed, and one
+    killed after a manifest was put in place but before the files it replaced were removed
+    leaves those: the next process's first commit removes both (the run's own), and the run's
+    end leaves no file behind."""
     run_dir = tmp_path / "run"
     model = RecurrentCell(N)
     with checkpointer(model, run_dir) as ckp:
         ckp.apply_forward()
     manifest = read_manifest(run_dir)
     following = manifest["commit"] + 1
-    for what in ("outputs", "adjoint"):  # what the killed commit had written
-        (run_dir / f"{what}.{following}.bin").write_bytes(b"\0" * 64)
+    left = [f"{what}.{following}.bin" for what in manifest["snapshots"]]  # the killed commit's
+    assert manifest["replaced"]  # the outputs of the last forward commit
+    for name in left + manifest["replaced"]:
+        (run_dir / name).write_bytes(b"\0" * 64)
     result = run(str(run_dir), N, INTERVAL)
     assert result["resumed"]["sweep"] == "reverse"
     assert result["gradients"] == reference
