@@ -393,7 +393,8 @@ except (KeyboardInterrupt, Exception) as exc:
     print("raised", "KeyboardInterrupt" in repr(exc) or isinstance(exc, KeyboardInterrupt))
 print("seconds", time.monotonic() - start)
 end_open_runs()
-print("threads", [t.name for t in threading.enumerate() if t.name.startswith("asyncckpt")])
+print("threads", [t.name for t in threading.enumerate()
+                 if t.name.startswith("asyncckpt") and t.name != "asyncckpt-reaper"])
 """
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           timeout=120)
