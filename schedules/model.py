@@ -272,6 +272,10 @@ def tiers_hold(n_steps: int, interval: int, tiers: Sequence[Level2Tier]) -> bool
     return None in room or sum(c for c in room if c is not None) >= math.ceil(n_steps / interval)
 
 
+#: Intervals priced in each round of :func:`choose_interval`'s search beyond its grid.
+REFINE_POINTS = 16
+
+
 def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffers: int = 2,
                     max_candidates: int = 4096, taping: bool = True,
                     tiers: Sequence[Level2Tier] | None = None,
@@ -279,7 +283,8 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     """Return the interval I in [1, n] with the least predicted time (closed form with stalls).
 
     Every I up to ``max_candidates`` is priced, and a geometric grid above it (10% apart), then
-    every I between the best grid point's neighbours; ties go to the smaller I (fewer states
+    the range between the best grid point's neighbours, in rounds of :data:`REFINE_POINTS`
+    evenly spaced intervals each narrowed to the best one's neighbours, down to every interval; ties go to the smaller I (fewer states
     recomputed, sooner overlap). With ``tw <= tf`` this is 1. With
     ``tiers`` (a tiered Level-2, fastest first), each interval is priced by
     :func:`predict_tiered` and intervals whose states the tiers cannot hold are skipped.
@@ -323,9 +328,17 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     if best_interval > max_candidates:  # between the grid points beside the best
         at = grid.index(best_interval)
         low, high = grid[at - 1], grid[min(at + 1, len(grid) - 1)]
-        for interval in range(low + 1, high):
-            if interval not in candidates:
-                price(interval)
+        # rounds of REFINE_POINTS evenly spaced, each between the best one's neighbours, down
+        # to every interval: O(log n) prices, where pricing each one took O(n)
+        while high - low > 1:
+            step = -(-(high - low) // REFINE_POINTS)
+            for interval in range(low + step, high, step):
+                if interval not in candidates:
+                    candidates.add(interval)
+                    price(interval)
+            if step == 1:
+                break
+            low, high = max(low, best_interval - step), min(high, best_interval + step)
     return IntervalChoice(best_interval, best,
                           predict_revolve(n, l1_slots, costs, taping=taping, fresh=fresh),
                           predict_store_all(n, costs, taping=taping))

@@ -6,6 +6,7 @@ schedule costs O(number of actions).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping
 
 from ._args import check_bool, check_int
@@ -30,11 +31,24 @@ def repetition_number(n_steps: int, snaps: int) -> int:
     beyond the first in an optimal schedule."""
     n_steps = check_int("n_steps", n_steps, 1)
     snaps = check_int("snaps", snaps, 1)
-    reps, beta = 0, 1
-    while beta < n_steps:
-        reps += 1
-        beta = beta * (snaps + reps) // reps
-    return reps
+    return _repetitions(n_steps, snaps)
+
+
+def _repetitions(steps: int, snaps: int) -> int:
+    """:func:`repetition_number` of checked arguments, by doubling t and then bisecting: O(log t)
+    binomials, so one slot (t = n - 1) or two (t ~ sqrt(2n)) cost as little as many."""
+    if steps <= 1:
+        return 0
+    low, high = 0, 1  # C(snaps + low, low) < steps <= C(snaps + high, high) once found
+    while math.comb(snaps + high, high) < steps:
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if math.comb(snaps + middle, middle) < steps:
+            low = middle
+        else:
+            high = middle
+    return high
 
 
 def optimal_recomputations(n_steps: int, snaps: int) -> int:
@@ -43,11 +57,8 @@ def optimal_recomputations(n_steps: int, snaps: int) -> int:
     reps = repetition_number(n_steps, snaps)
     if reps == 0:
         return 0
-    beta = 1
-    for r in range(1, reps + 1):
-        beta = beta * (snaps + r) // r
     # C(s + t, t - 1) = C(s + t, s) * t / (s + 1)
-    return reps * n_steps - beta * reps // (snaps + 1)
+    return reps * n_steps - math.comb(snaps + reps, reps) * reps // (snaps + 1)
 
 
 def optimal_forward_steps(n_steps: int, snaps: int) -> int:
@@ -90,53 +101,84 @@ def _split(steps: int, snaps: int) -> int:
     """
     if snaps == 1 or steps <= 2:
         return steps - 1
-    reps, beta, beta_prev = 0, 1, 0  # beta = beta(c, reps), beta_prev = beta(c, reps - 1)
-    while beta < steps:
-        reps += 1
-        beta_prev, beta = beta, beta * (snaps + reps) // reps
+    reps = _repetitions(steps, snaps)
+    beta_prev = math.comb(snaps + reps - 1, reps - 1)  # beta(c, reps - 1)
     fewer_prev = beta_prev * snaps // (snaps + reps - 1)  # beta(c - 1, reps - 1)
     return max(1, min(beta_prev, steps - fewer_prev))
 
 
-#: Memo of :func:`checkpoints_taken`, cleared when it grows past ``_MEMO_LIMIT`` entries.
-_STORES: dict[tuple[int, int], int] = {}
-_MEMO_LIMIT = 1 << 20
-
-
 def checkpoints_taken(n_steps: int, snaps: int) -> int:
     """The Level-1 stores :func:`reverse_range` makes to reverse ``n_steps`` steps with ``snaps``
-    slots (the start's not counted): exact, by walking its splits without generating actions.
+    slots (the start's not counted): exact, from binomials, in O(t log c) of them for
+    repetition number t.
 
-    The same for both protocols: dropping the taping steps changes no split. Evaluated with an
-    explicit stack, so its depth is bounded whatever ``n_steps`` and ``snaps`` are.
+    The same for both protocols: dropping the taping steps changes no split. With
+    beta(c, t) = C(c + t, t), three facts make it closed: a full binomial, beta(c, t) steps
+    with c slots, takes beta(c - 1, t) - 1 stores; a split whose left part is full,
+    beta(c, t - 1), leaves a right part of the same repetition number with one slot fewer, so
+    a run of such splits sums binomials by the hockey-stick identity (its length found by
+    bisection: what is left shrinks faster than the bound for the next one); and a split whose
+    left part is not full leaves a full binomial on the right and a lower repetition number on
+    the left, the part walked on.
     """
-    if len(_STORES) > _MEMO_LIMIT:
-        _STORES.clear()
-    pending = [(n_steps, snaps)]
-    while pending:
-        key = pending[-1]
-        if key in _STORES:
-            pending.pop()
-            continue
-        steps, slots = key
-        if slots == 1 or steps <= 2:
-            _STORES[key] = 0
-        elif steps <= slots + 1:
-            _STORES[key] = steps - 2  # repetition number 1: every state but the last two stored
+    n, c, total = n_steps, snaps, 0
+    while True:
+        if c == 1 or n <= 2:
+            return total
+        if n <= c + 1:
+            return total + n - 2  # repetition number 1: every state but the last two stored
+        if c == 2:
+            return total + _two_slot_stores(n)
+        t = _repetitions(n, c)
+        full = _full_splits(n, c, t)
+        if full:
+            total += math.comb(c - 1 + t, t) - math.comb(c - 1 - full + t, t)
+            n -= math.comb(c + t, t) - math.comb(c - full + t, t)
+            c -= full
+            continue  # what is left may have a lower repetition number
+        right = math.comb(c - 1 + t - 1, t - 1)  # beta(c - 1, t - 1), a full binomial
+        total += 1 + math.comb(c - 2 + t - 1, t - 1) - 1
+        n -= right
+
+
+def _full_splits(n: int, c: int, t: int) -> int:
+    """How many splits in a row, from ``n`` steps with ``c`` slots at repetition number ``t``,
+    take a full left part beta(c_j, t - 1); at most c - 2 (two slots are left)."""
+    whole = math.comb(c + t, t)
+
+    def full(j: int) -> bool:  # the (j + 1)-th split's left part is full
+        left = n - (whole - math.comb(c - j + t, t))  # steps left after j full splits
+        return left >= math.comb(c - j + t - 1, t - 1) + math.comb(c - j - 1 + t - 1, t - 1)
+
+    if not full(0):
+        return 0
+    low, high = 0, c - 2  # full(low); the answer is low + 1 if high is not full
+    if full(high):
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if full(middle):
+            low = middle
         else:
-            advance = _split(steps, slots)
-            # advance < steps - 1 here: that needs a repetition number of 1, handled above
-            parts = [(advance, slots), (steps - advance, slots - 1)]
-            missing = [part for part in parts if part not in _STORES]
-            if missing:
-                pending.extend(missing)
-                continue
-            _STORES[key] = 1 + _STORES[parts[0]] + _STORES[parts[1]]
-        pending.pop()
-    return _STORES[(n_steps, snaps)]
+            high = middle
+    return high
 
 
-#: Memo of :func:`loads_kept`, cleared with ``_STORES``'s limit.
+def _two_slot_stores(steps: int) -> int:
+    """:func:`checkpoints_taken` with two slots, in closed form (a walk takes t ~ sqrt(2n)
+    splits). With t the repetition number, ``steps`` lies in block t, (C(t + 1, 2), C(t + 2, 2)],
+    at offset p >= 1. Each split stores once and advances to ``steps - t`` (to the top of block
+    t - 1 from the top of block t), which is at offset min(p, t) of block t - 1; block 1 is
+    {2, 3}, whose 3 (offset 2) takes one store more. So t - 1 stores, plus one where p >= 2."""
+    if steps <= 2:
+        return 0
+    reps = _repetitions(steps, 2)
+    offset = steps - reps * (reps + 1) // 2
+    return reps - 1 + (offset >= 2)
+
+
+#: Memo of :func:`loads_kept`, cleared when it grows past ``_MEMO_LIMIT`` entries.
+_MEMO_LIMIT = 1 << 20
 _KEPT: dict[tuple[int, int, int, bool], int] = {}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any
 
 from schedules.model import CodecCosts, adaptive_interval, predict_adaptive
@@ -231,6 +232,7 @@ class AutoPlanner:
         runs once instead (:func:`~asyncckpt._tuning.choice.explored`). The prediction
         adds what this run pays to fault in the memory no earlier run left (see
         :mod:`asyncckpt._tuning.tuner`)."""
+        began = time.perf_counter()
         tuner = self.tuner
         planner = self.planner
         tuner.n_steps = self.nominal_n()
@@ -255,7 +257,8 @@ class AutoPlanner:
         stats.calibration = tuner.record(plan.choice)
         stats.calibration.update(interval=interval, predicted_total_s=plan.total_s,
                                  predicted_faults_s=plan.faults_s, compressed=plan.compressed,
-                                 explored=plan is not chosen)
+                                 explored=plan is not chosen,
+                                 planning_s=time.perf_counter() - began)
         # every input is agreed, so one plan is expected; where not, the error says from what
         self.ranks.same("the plan (l1_slots, interval; 0: Level-1 alone)",
                         (planner.l1_slots, interval),

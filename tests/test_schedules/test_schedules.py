@@ -25,7 +25,9 @@ from schedules import (
     simulate,
     two_level_forward_steps,
 )
-from schedules.revolve import optimal_forward_steps
+from schedules.revolve import _split as revolve_split
+from schedules.revolve import (checkpoints_taken, optimal_forward_steps, optimal_recomputations,
+                               repetition_number, reverse_range)
 
 # Exact totals F, agreed by the closed form, pyrevolve 2.2.8 and checkpoint_schedules 1.0.4.
 REFERENCE_TOTALS = [
@@ -267,3 +269,59 @@ def test_from_config_names_the_accepted_schedules() -> None:
     with pytest.raises(ValueError, match="'Griewank' is not a schedule; expected one of "
                                          "AsyncMultistage, Chen, HRevolve, Revolve"):
         from_config({"name": "Griewank", "n_steps": 3})
+
+
+def _stores_by_walking(n: int, s: int) -> int:
+    """The Level-1 stores of Revolve(n, s)'s reverse sweep, counted on its actions."""
+    stored = {0: Tier.L1}
+    return sum(1 for action in reverse_range(0, n, s, stored, None) if isinstance(action, Store))
+
+
+def _repetitions_by_counting(n: int, s: int) -> int:
+    reps, beta = 0, 1
+    while beta < n:
+        reps += 1
+        beta = beta * (s + reps) // reps
+    return reps
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 3000), s=st.integers(1, 40))
+def test_counts_without_a_schedule_equal_the_schedules_own(n: int, s: int) -> None:
+    """checkpoints_taken (two slots in closed form, more by a walk of the splits) and the
+    repetition number (by bisection over binomials) equal what the actions and the definition
+    give."""
+    assert checkpoints_taken(n, s) == _stores_by_walking(n, s)
+    assert repetition_number(n, s) == _repetitions_by_counting(n, s)
+
+
+def _stores_by_splits(n: int, s: int) -> int:
+    """Revolve's stores by walking its splits (each store one split), without actions."""
+    total, pending = 0, [(n, s)]
+    while pending:
+        steps, slots = pending.pop()
+        if slots == 1 or steps <= 2:
+            continue
+        if steps <= slots + 1:
+            total += steps - 2
+            continue
+        advance = revolve_split(steps, slots)
+        total += 1
+        pending += [(advance, slots), (steps - advance, slots - 1)]
+    return total
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 200_000), s=st.sampled_from([3, 4, 5, 7, 10, 30, 100, 1000, 10**5]))
+def test_stores_from_binomials_equal_a_walk_of_the_splits(n: int, s: int) -> None:
+    assert checkpoints_taken(n, s) == _stores_by_splits(n, s)
+
+
+def test_counts_of_a_billion_steps_take_milliseconds() -> None:
+    """One slot has t = n - 1 and two t ~ sqrt(2n): counting t one by one took 105 s for
+    checkpoints_taken(1e9, 2), which "auto" asks for each interval it prices."""
+    n = 10**9
+    assert repetition_number(n, 1) == n - 1
+    assert repetition_number(n, 2) == 44720
+    assert checkpoints_taken(n, 2) == 44720
+    assert optimal_recomputations(n, 2) == 44720 * n - math.comb(44722, 44720) * 44720 // 3
