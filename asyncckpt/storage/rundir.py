@@ -195,7 +195,8 @@ def _read_own(path: Path) -> bytes:
     fd = open_own(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        chunks, got = [], 0
+        chunks: list[bytes] = []
+        got = 0
         while True:
             chunk = os.read(fd, max(size - got, 1 << 16))
             if not chunk:
