@@ -6,7 +6,12 @@ reverse sweep of a state of mixed dtypes (a float64 field beside an int64 counte
 Usage: attack_job.py RUN_DIR N INTERVAL|auto [OPTION=VALUE ...]; ``ATTACK_KILL`` is one of
 ``replace-before:K`` / ``replace-after:K`` (around the K-th rename of a manifest into place),
 ``unlink:K`` (at the K-th file removal of ``close``), ``between`` (after the forward sweep
-returned), ``fwd:S`` / ``rev:S`` (at step S of the forward operator, or its reverse).
+returned), ``done`` (after the reverse sweep returned, before ``close``), ``fwd:S`` / ``rev:S``
+(at step S of the forward operator, or its reverse), ``timer:T`` (T seconds after the
+checkpointer is made, wherever the run is then). ``ATTACK_SEED`` is the adjoint's seed: a
+number, or ``state`` (the script seeds from the final state: J = |x_n|^2 / 2);
+``ATTACK_ADJOINT=0`` gives no ``adjoint=``, ``ATTACK_OUTPUTS=0`` no ``outputs=``;
+``ATTACK_LOSE=K`` makes every Level-2 write of u_K fail (a lost state).
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -79,8 +85,20 @@ class Arrays:
     get_data_location = get_data
 
 
-def reference(n: int, seed: float = 1.0) -> dict:
-    """Store-all: every state kept, each step taped again from its stored state."""
+def seed_adjoint(model: Mixed, seed: float | str) -> None:
+    """The script's seeding between the sweeps: a number, or from the final state ("state")."""
+    model.lam[...] = model.x if seed == "state" else float(seed)
+
+
+def live(model: Mixed) -> str:
+    """The live state, as hex."""
+    return model.x.tobytes().hex() + model.k.tobytes().hex()
+
+
+def reference(n: int, seed: float | str = 1.0) -> dict:
+    """Store-all: every state kept, each step taped again from its stored state. What the
+    program sees: the gradient, the outputs, the live state after the forward sweep and the
+    adjoint after the reverse."""
     model = Mixed(n)
     states = []
     model.trace[0], model.counts[0] = model.x[0], model.k[0]
@@ -88,12 +106,14 @@ def reference(n: int, seed: float = 1.0) -> dict:
         states.append((model.x.copy(), model.k.copy()))
         model.step(t)
     outputs = [model.trace.tobytes().hex(), model.counts.tobytes().hex()]
-    model.lam[...] = seed
+    final = live(model)
+    seed_adjoint(model, seed)
     for t in range(n - 1, -1, -1):
         model.x[...], model.k[...] = states[t]
         model.step(t)
         model.adjoint(t)
-    return {"grad": model.grad.tobytes().hex(), "outputs": outputs}
+    return {"grad": model.grad.tobytes().hex(), "outputs": outputs, "live": final,
+            "lam": model.lam.tobytes().hex(), "left": live(model)}
 
 
 def operators(model: Mixed, kill: str) -> tuple[object, object]:
@@ -132,6 +152,15 @@ def arm(kill: str) -> None:
             if hit:
                 die()
         os.replace = replace
+    elif kind == "lose":
+        from asyncckpt.storage.durable import DurableFileStorage
+        real_put = DurableFileStorage.put
+
+        def put(self, key, buf):
+            if key == int(at):
+                raise OSError(5, "Input/output error (injected)")
+            real_put(self, key, buf)
+        DurableFileStorage.put = put
     elif kind == "unlink":
         real_unlink = Path.unlink
 
@@ -143,25 +172,38 @@ def arm(kill: str) -> None:
         Path.unlink = unlink
 
 
-def run(run_dir: str, n: int, interval: int | str, kill: str = "", seed: float = 1.0,
+def run(run_dir: str, n: int, interval: int | str, kill: str = "", seed: float | str = 1.0,
+        *, with_outputs: bool = True, with_adjoint: bool = True, lose: int | None = None,
         **options: object) -> dict:
+    """The documented script (docs/resume.md): apply_forward(), the adjoint seeded, then
+    apply_reverse(); what the program sees after each call."""
     model = Mixed(n)
     model.trace[0], model.counts[0] = model.x[0], model.k[0]
     fwd, rev = operators(model, kill)
     if kill.startswith(("replace", "unlink")):
         arm(kill)
-    with AsyncCheckpointer(model.checkpoint, fwd, rev, n, interval=interval, run_dir=run_dir,
-                           outputs=Arrays([model.trace, model.counts]),
-                           adjoint=Arrays([model.lam, model.grad]), **options) as ckp:
+    if lose is not None:
+        arm(f"lose:{lose}")
+    if kill.startswith("timer:"):
+        threading.Timer(float(kill.partition(":")[2]), die).start()
+    with AsyncCheckpointer(
+            model.checkpoint, fwd, rev, n, interval=interval, run_dir=run_dir,
+            outputs=Arrays([model.trace, model.counts]) if with_outputs else None,
+            adjoint=Arrays([model.lam, model.grad]) if with_adjoint else None,
+            **options) as ckp:
         resumed = ckp.resumed
         ckp.apply_forward()
+        after_forward = live(model)
         if kill == "between":
             die()
-        model.lam[...] = seed  # the script's seeding, done again on resume (docs)
+        seed_adjoint(model, seed)  # the script's seeding, done again on resume (docs)
         ckp.apply_reverse()
+        if kill == "done":
+            die()
     return {"resumed": resumed, "grad": model.grad.tobytes().hex(),
             "outputs": [model.trace.tobytes().hex(), model.counts.tobytes().hex()],
-            "forward_steps": model.forward_steps}
+            "forward_steps": model.forward_steps, "live": after_forward,
+            "lam": model.lam.tobytes().hex(), "left": live(model)}
 
 
 def main() -> None:
@@ -171,8 +213,13 @@ def main() -> None:
     for arg in sys.argv[4:]:
         name, _, value = arg.partition("=")
         options[name] = json.loads(value)
+    seed = os.environ.get("ATTACK_SEED", "1.0")
+    lose = os.environ.get("ATTACK_LOSE")
     print(json.dumps(run(run_dir, n, interval, os.environ.get("ATTACK_KILL", ""),
-                         **options)), flush=True)
+                         seed if seed == "state" else float(seed),
+                         with_outputs=os.environ.get("ATTACK_OUTPUTS", "1") == "1",
+                         with_adjoint=os.environ.get("ATTACK_ADJOINT", "1") == "1",
+                         lose=None if lose is None else int(lose), **options)), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, event, given, note, settings
+from hypothesis import strategies as st
 
 from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, CheckpointError
 from asyncckpt.errors import UsageError
@@ -25,23 +27,35 @@ JOB = ROOT / "tests" / "attack_job.py"
 
 
 def job(run_dir: Path, *options: str, kill: str = "", step_s: float = 0.0,
-        timeout: float = 60) -> subprocess.CompletedProcess:
-    """attack_job.py in a process of its own, killed where ``kill`` says."""
+        timeout: float = 60, seed: float | str = 1.0, adjoint: bool = True,
+        outputs: bool = True, lose: int | None = None, n: int = N,
+        interval: int | str = INTERVAL) -> subprocess.CompletedProcess:
+    """attack_job.py in a process of its own, killed where ``kill`` says, seeding the adjoint
+    with ``seed`` (a number, or "state": from the final state), with or without ``adjoint=``
+    and ``outputs=``, every write of u_``lose`` failing."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ATTACK_KILL": kill,
-           "ATTACK_STEP_S": str(step_s)}
-    return subprocess.run([sys.executable, str(JOB), str(run_dir), str(N), str(INTERVAL),
+           "ATTACK_STEP_S": str(step_s), "ATTACK_SEED": str(seed),
+           "ATTACK_ADJOINT": str(int(adjoint)), "ATTACK_OUTPUTS": str(int(outputs))}
+    if lose is not None:
+        env["ATTACK_LOSE"] = str(lose)
+    return subprocess.run([sys.executable, str(JOB), str(run_dir), str(n), str(interval),
                            *options], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def finished(run_dir: Path, *options: str) -> dict:
-    done = job(run_dir, *options)
+def finished(run_dir: Path, *options: str, **how: object) -> dict:
+    done = job(run_dir, *options, **how)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
 
-def exact(result: dict) -> bool:
-    want = reference(N)
-    return result["grad"] == want["grad"] and result["outputs"] == want["outputs"]
+def exact(result: dict, seed: float | str = 1.0, n: int = N, outputs: bool = True) -> bool:
+    """Whether what the program saw is the uninterrupted store-all run's, bit for bit: the
+    gradient, the adjoint, the live state after apply_forward() and after apply_reverse(),
+    and the outputs."""
+    want = reference(n, seed)
+    return (result["grad"] == want["grad"] and result["lam"] == want["lam"]
+            and result["live"] == want["live"] and result["left"] == want["left"]
+            and (not outputs or result["outputs"] == want["outputs"]))
 
 
 def test_the_workload_has_a_gradient_and_a_counter_that_matters():
@@ -312,3 +326,228 @@ def test_a_second_checkpointer_on_an_unclosed_run_dir_is_refused(tmp_path):
         ckp.apply_reverse()
     kept[0].close()
     assert not (tmp_path / "run").exists()
+
+
+# A resumed run is the uninterrupted run: after each call of the documented script, what the
+# program sees is the uninterrupted run's, or the call raises a CheckpointError.
+
+@pytest.mark.parametrize("kill, adjoint", [("rev:20", False), ("rev:37", True),
+                                           ("between", True), ("between", False)])
+def test_a_resumed_forward_sweep_leaves_u_n_live(tmp_path, kill, adjoint):
+    """A run killed in the reverse sweep (or between the sweeps) resumes with apply_forward()
+    running no step: it left the live arrays at u_0, and a script seeding the adjoint from
+    the final state (lam = x_n) got a wrong gradient with no error, without adjoint= and with
+    it before the reverse sweep's first commit. The resumed apply_forward() restores u_n."""
+    run_dir = tmp_path / "run"
+    assert job(run_dir, kill=kill, seed="state", adjoint=adjoint).returncode == -9
+    assert read_manifest(run_dir)["sweep"] == "reverse"
+    result = finished(run_dir, seed="state", adjoint=adjoint)
+    assert result["resumed"]["sweep"] == "reverse"
+    assert result["live"] == reference(N, "state")["live"]
+    assert exact(result, "state")
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("adjoint", [False, True])
+@pytest.mark.parametrize("how", ["killed", "kept"])
+def test_a_finished_run_reopened_gives_its_gradient(tmp_path, how, adjoint):
+    """A run killed after apply_reverse() returned but before close(), or kept
+    (keep_run_dir=True) and run again: without adjoint= it said reverse step 0, ran no step
+    and handed back the seed as the gradient, exit status 0. Its reverse sweep runs again
+    from its committed states (without adjoint=), or its committed adjoint is restored."""
+    run_dir = tmp_path / "run"
+    options = ["keep_run_dir=true"] if how == "kept" else []
+    first = job(run_dir, *options, kill="done" if how == "killed" else "", adjoint=adjoint)
+    assert first.returncode == (-9 if how == "killed" else 0), first.stderr[-2000:]
+    assert read_manifest(run_dir)["sweep"] == "done"
+    for _ in range(2 if how == "kept" else 1):
+        result = finished(run_dir, *options, adjoint=adjoint)
+        assert result["resumed"]["sweep"] == "reverse"
+        assert exact(result)
+    assert run_dir.exists() == (how == "kept")
+
+
+@pytest.mark.parametrize("damage", ["flip", "delete"])
+def test_a_damaged_outputs_snapshot_restarts_from_u_0(tmp_path, damage):
+    """Under on_level2_error="recompute" a damaged (or deleted) outputs.K.bin logged "the run
+    starts again from u_0" after the committed state had been copied into the live arrays:
+    the restart began at u_K. Nothing is delivered before both are checked, and the restart
+    begins at the committed u_0."""
+    run_dir = tmp_path / "run"
+    assert job(run_dir, kill="fwd:30", step_s=0.005).returncode == -9
+    manifest = read_manifest(run_dir)
+    assert manifest["sweep"] == "forward" and manifest["step"] > 0
+    snapshot = run_dir / manifest["outputs"]["file"]
+    if damage == "flip":
+        data = bytearray(snapshot.read_bytes())
+        data[5] ^= 0xFF
+        snapshot.write_bytes(bytes(data))
+    else:
+        snapshot.unlink()
+    refused = job(run_dir)
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    assert ("CorruptionError" if damage == "flip" else "StorageError") in refused.stderr
+    assert manifest["outputs"]["file"] in refused.stderr
+    result = finished(run_dir, 'on_level2_error="recompute"')
+    assert result["resumed"]["step"] == manifest["step"]
+    assert exact(result)
+
+
+@pytest.mark.parametrize("then", ["kept", "rev:20", "between"])
+def test_outputs_are_whole_after_a_lost_write(tmp_path, then):
+    """Under "recompute" a state whose writes all fail is lost: the manifest stayed at the
+    state before it, with the outputs of then, and the reverse sweep's and the run's end
+    commits named those outputs: a kept or resumed run handed back outputs that were zero
+    after that step. The end of the forward sweep commits the outputs of the whole sweep with
+    the states written."""
+    run_dir = tmp_path / "run"
+    options = ['on_level2_error="recompute"']
+    if then == "kept":
+        options.append("keep_run_dir=true")
+    first = job(run_dir, *options, kill="" if then == "kept" else then, lose=12)
+    assert first.returncode == (0 if then == "kept" else -9), first.stderr[-2000:]
+    if then == "kept":
+        assert exact(json.loads(first.stdout))
+    result = finished(run_dir, *options)
+    assert result["resumed"]["sweep"] == "reverse"
+    assert exact(result)
+
+
+@pytest.mark.parametrize("kill", ["rev:20", "done"])
+def test_another_jobs_adjoint_is_refused(tmp_path, kill):
+    """A job reusing a run directory with another seed got the first job's gradient (its
+    committed adjoint restored over the new seed). The seed's checksum is committed when the
+    reverse sweep starts: a resumed reverse of another seed is refused, naming both."""
+    run_dir = tmp_path / "run"
+    options = ["keep_run_dir=true"] if kill == "done" else []
+    assert job(run_dir, *options, kill=kill, step_s=0.001).returncode == -9
+    other = job(run_dir, *options, seed=2.0)
+    assert other.returncode == 1, other.stderr[-2000:]
+    assert "CheckpointError" in other.stderr or "UsageError" in other.stderr
+    assert "seed" in other.stderr and other.stderr.count("xxh3:") >= 2, other.stderr[-2000:]
+    assert exact(finished(run_dir, *options))  # the first job's seed resumes, exactly
+
+
+# The resume profile: the documented script run by real processes killed by real SIGKILLs at
+# drawn points of either sweep (inside commits and removals too, or after apply_reverse()
+# returned), each file of the run directory damaged, finished and kept runs reopened, other
+# seeds; every job's result the uninterrupted store-all run's bit for bit, or a
+# CheckpointError, and one only after damage or another seed.
+
+RESUME_EXAMPLES = int(os.environ.get("ASYNCCKPT_RESUME_ATTACKS", "6"))
+
+
+def profile(examples: int, variable: str) -> settings:
+    """Hypothesis settings of ``examples`` draws, the same ones every time unless
+    ``$variable`` asks for a long profile (drawn at random)."""
+    return settings(max_examples=examples, deadline=None,
+                    derandomize=variable not in os.environ,
+                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+                    report_multiple_bugs=False,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow])
+KILLS_DRAWN = ("fwd", "rev", "between", "done", "replace-before", "replace-after", "unlink",
+               "timer", "")
+DAMAGES = ("flip", "delete", "truncate")
+
+
+def checkpoint_error(stderr: str) -> str | None:
+    """The name of the CheckpointError (or subclass) a job died of, else None."""
+    import asyncckpt.errors as errors
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    name = last.partition(":")[0].rpartition(".")[2]
+    kind = getattr(errors, name, None)
+    return name if isinstance(kind, type) and issubclass(kind, CheckpointError) else None
+
+
+def damage(run_dir: Path, file: str, how: str, offset: int) -> None:
+    """Damage ``file`` of ``run_dir``: a byte flipped at ``offset`` (modulo its size),
+    deleted, or cut to half its size."""
+    path = run_dir / file
+    if how == "delete":
+        path.unlink()
+    elif how == "truncate":
+        os.truncate(path, path.stat().st_size // 2)
+    elif path.stat().st_size:
+        data = bytearray(path.read_bytes())
+        data[offset % len(data)] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+
+@st.composite
+def kills(draw: st.DrawFn, n: int) -> str:
+    kind = draw(st.sampled_from(KILLS_DRAWN))
+    if kind == "fwd":
+        return f"fwd:{draw(st.integers(1, n))}"
+    if kind == "rev":
+        return f"rev:{draw(st.integers(0, n - 1))}"
+    if kind.startswith("replace"):
+        return f"{kind}:{draw(st.integers(1, 8))}"
+    if kind == "unlink":
+        return f"unlink:{draw(st.integers(1, 4))}"
+    if kind == "timer":
+        return f"timer:{draw(st.floats(0.0, 0.4)):.3f}"
+    return kind
+
+
+@pytest.mark.timeout(60 + 20 * RESUME_EXAMPLES)
+@profile(RESUME_EXAMPLES, "ASYNCCKPT_RESUME_ATTACKS")
+@given(data=st.data())
+def test_resume_attacks(tmp_path_factory, data):
+    """Jobs of one run (the documented script): killed at drawn points, the directory
+    damaged between two of them, reopened once finished where kept, and seeded otherwise;
+    each job's result exact for its seed, or a CheckpointError after damage or another
+    seed."""
+    draw = data.draw
+    n = draw(st.integers(4, 30), label="n")
+    interval = draw(st.integers(1, n), label="interval")
+    how = {"seed": draw(st.sampled_from([1.0, "state", -0.5]), label="seed"),
+           "adjoint": draw(st.booleans(), label="adjoint"),
+           "outputs": draw(st.booleans(), label="outputs")}
+    options = [f'on_level2_error="{draw(st.sampled_from(["raise", "recompute"]))}"']
+    if draw(st.booleans(), label="keep_run_dir"):
+        options.append("keep_run_dir=true")
+    run_dir = tmp_path_factory.mktemp("attack") / "run"
+    damaged = False
+    seeds = set()  # the seeds of the jobs so far: one of them may be the run's committed one
+    # every draw made before the first job: what the jobs do (kills land where timing says)
+    # never changes what is drawn, so hypothesis replays an example as it drew it
+    plans = [{"damage": draw(st.booleans(), label="damage"),
+              "file": draw(st.integers(0, 99), label="file"),
+              "kind": draw(st.sampled_from(DAMAGES), label="damage kind"),
+              "offset": draw(st.integers(0, 2**20), label="offset"),
+              "seed": how["seed"] if draw(st.booleans(), label="same seed") else 2.5,
+              "kill": draw(kills(n), label="kill")}
+             for _ in range(draw(st.integers(1, 4), label="jobs"))]
+    for index, plan in enumerate(plans):
+        files = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
+        if plan["damage"] and files:
+            file = files[plan["file"] % len(files)]
+            note(f"damage: {plan['kind']} {file} at {plan['offset']}")
+            damage(run_dir, file, plan["kind"], plan["offset"])
+            damaged = True
+        seed, kill = plan["seed"], plan["kill"]
+        seeds.add(seed)
+        note(f"job {index}: kill {kill}, seed {seed}, damaged {damaged}")
+        done = job(run_dir, *options, kill=kill, step_s=0.001, n=n, interval=interval,
+                   **{**how, "seed": seed})
+        event(f"job: exit {done.returncode}")
+        if done.returncode == -9:
+            continue
+        if done.returncode == 0:
+            result = json.loads(done.stdout)
+            assert exact(result, seed, n, how["outputs"]), (kill, seed, result["resumed"])
+            continue
+        error = checkpoint_error(done.stderr)
+        assert error is not None, done.stderr[-3000:]
+        assert damaged or len(seeds) > 1, done.stderr[-3000:]
+        event(f"refused: {error}")
+        if damaged:
+            return  # refused: the run directory is not the run's any more
+    if run_dir.exists() and not damaged:  # a finished run kept, or a killed one: it resumes
+        done = job(run_dir, *options, n=n, interval=interval, **how)
+        seeds.add(how["seed"])
+        if done.returncode:  # refused only where another seed began the reverse sweep
+            assert len(seeds) > 1 and checkpoint_error(done.stderr), done.stderr[-3000:]
+        else:
+            assert exact(json.loads(done.stdout), how["seed"], n, how["outputs"])
