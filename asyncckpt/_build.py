@@ -62,9 +62,10 @@ class Parts:
     tier_costs: list[tuple[float, float]] | None
 
     def close(self, abandon: bool) -> None:
-        """Stop the engine, where ``abandon`` after abandoning the run under way, and
-        :meth:`release`, all within ``ABANDON_S``: each step by a time of its own, so that a
-        stall in one leaves the next its share (the last, Level-2's close, frees its files)."""
+        """Stop the engine, where ``abandon`` after abandoning the run under way, put the run
+        directory's commits in place (and remove a finished run's files), and :meth:`release`,
+        all within ``ABANDON_S``: each step by a time of its own, so that a stall in one leaves
+        the next its share (the last, Level-2's close, frees its files)."""
         until = time.monotonic() + ABANDON_S
         try:
             if abandon:
@@ -75,9 +76,10 @@ class Parts:
                 self.engine.close(until - ABANDON_S / 4)
             finally:
                 try:
-                    self.release(until)
+                    # the I/O threads are stopped: nothing writes a state the removal unlinks
+                    self.runs.resume.close(until - ABANDON_S / 8)
                 finally:
-                    self.runs.resume.close(until)  # its commits: what is left
+                    self.release(until)
 
     def leave(self) -> None:
         """The process exits under a run still under way on another thread: remove the
