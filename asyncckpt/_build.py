@@ -62,10 +62,9 @@ class Parts:
     tier_costs: list[tuple[float, float]] | None
 
     def close(self, abandon: bool) -> None:
-        """Stop the engine, where ``abandon`` after abandoning the run under way, put the run
-        directory's commits in place (and remove a finished run's files), and :meth:`release`,
-        all within ``ABANDON_S``: each step by a time of its own, so that a stall in one leaves
-        the next its share (the last, Level-2's close, frees its files)."""
+        """Stop the engine (where ``abandon`` after abandoning the run), close the run
+        directory and :meth:`release`, within ``ABANDON_S``: each step by a time of its own,
+        so that a stall in one leaves the next its share."""
         until = time.monotonic() + ABANDON_S
         try:
             if abandon:
@@ -76,8 +75,7 @@ class Parts:
                 self.engine.close(until - ABANDON_S / 4)
             finally:
                 try:
-                    # the I/O threads are stopped: nothing writes a state the removal unlinks
-                    self.runs.resume.close(until - ABANDON_S / 8)
+                    self.runs.resume.close(until - ABANDON_S / 8)  # no I/O thread runs
                 finally:
                     self.release(until)
 
