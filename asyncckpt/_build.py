@@ -18,7 +18,7 @@ from ._execution.interpreter import Interpreter
 from ._execution.level1 import Level1
 from ._execution.link import Link, link_for, measure_copy
 from ._execution.meter import RunMeter
-from ._execution.ranks import Ranks
+from ._execution.ranks import Ranks, agree_on_run
 from ._execution.resumable import ResumableEngine
 from ._execution.identity import identity_of
 from ._execution.resume import NoRunDir, RunDir
@@ -126,7 +126,7 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
     calls: BoundedCalls | None = None
     run: RunDir | NoRunDir = NoRunDir()
     try:
-        _check_one_run(options, nbytes, ranks)
+        agree_on_run(ranks, options.n_timesteps, options.interval, nbytes)
         if options.run_dir is not None:
             run, options = _open_run(options, checkpoint, nbytes, dtype, storage, ranks)
             storage = opened = run.storage
@@ -177,22 +177,6 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
                 finally:
                     ranks.free()
         raise
-
-
-#: How each rank's interval option enters the check that every rank makes the same run.
-_INTERVAL_WORDS = {"auto": -1.0, "adaptive": -2.0}
-
-
-def _check_one_run(options: Options, nbytes: int, ranks: Ranks) -> None:
-    """Refuse, on every rank, ranks that would run different numbers of steps or intervals: one
-    would finish while another waits in a collective the first never makes. States may differ
-    in size (a domain decomposition's parts do); the plan made from them is agreed later."""
-    n = options.n_timesteps
-    interval = options.interval
-    ranks.same("n_timesteps (-1: unknown) and interval (-1: 'auto', -2: 'adaptive')",
-               (-1.0 if n is None else float(n),
-                _INTERVAL_WORDS[interval] if isinstance(interval, str) else float(interval)),
-               context=lambda: {"n_timesteps": n, "interval": interval, "state_bytes": nbytes})
 
 
 def _open_run(options: Options, checkpoint: Any, nbytes: int, dtype: Any, storage: Any,

@@ -29,7 +29,8 @@ import numpy as np
 from ..errors import InvalidTypeError, RankFailedError
 from ..storage import per_rank
 
-__all__ = ["Agreed", "Ranks", "RankGroup", "SoloRanks", "WORDS", "ranks_of", "world_if_running"]
+__all__ = ["Agreed", "Ranks", "RankGroup", "SoloRanks", "WORDS", "agree_on_run", "ranks_of",
+           "world_if_running"]
 
 #: A wait for a reduction polls it, sleeping this long at first, then twice as long each time
 #: up to the longest: a reduction that is late costs at most that much beyond its completion.
@@ -303,6 +304,20 @@ Ranks = SoloRanks | RankGroup
 def ranks_of(comm: Any) -> Ranks:
     """The ranks a checkpointer given ``comm`` runs on: :class:`SoloRanks` for None."""
     return SoloRanks() if comm is None else RankGroup(comm)
+
+
+#: How each rank's interval option enters :func:`agree_on_run`.
+_INTERVAL_WORDS = {"auto": -1.0, "adaptive": -2.0}
+
+
+def agree_on_run(ranks: Ranks, n: int | None, interval: int | str, nbytes: int) -> None:
+    """Refuse, on every rank, ranks that would run different numbers of steps or intervals: one
+    would finish while another waits in a collective the first never makes. States may differ
+    in size (a domain decomposition's parts do); the plan made from them is agreed later."""
+    ranks.same("n_timesteps (-1: unknown) and interval (-1: 'auto', -2: 'adaptive')",
+               (-1.0 if n is None else float(n),
+                _INTERVAL_WORDS[interval] if isinstance(interval, str) else float(interval)),
+               context=lambda: {"n_timesteps": n, "interval": interval, "state_bytes": nbytes})
 
 
 def world_if_running() -> Any | None:

@@ -2,8 +2,7 @@
 of a first run, the choice of each run's plan and what a completed run teaches.
 
 The model and the tuner live in :mod:`schedules.model` and :mod:`asyncckpt._tuning.tuner`;
-this module joins them to the checkpointer's parts (its planner, Level-1 slots, Level-2 and
-ranks).
+this module joins them to the checkpointer's planner, Level-1, Level-2 and ranks.
 """
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers:
     Level-2 device, its codec and the protocol: taping runs a forward and a reverse call by
     turns at every reverse step, and their steps cost more than taping-free runs' do
     (docs/measurements.md). The first checkpointer of one protocol starts from what runs of
-    the other measured (see :meth:`~asyncckpt._tuning.cost_memory.CostMemory.recall`)."""
+    the other measured (:meth:`~asyncckpt._tuning.cost_memory.CostMemory.recall`)."""
     def describe(tier: Storage) -> str:
         config = tier.get_config()
         return str(sorted(config.items())) if config else type(tier).__qualname__
@@ -51,12 +50,12 @@ def cost_key(fwd: object, rev: object, nbytes: int, storage: Storage, transfers:
 
 
 #: Step and write costs an adaptive run prices its least interval at: each within 25% (log
-#: scale) of a cost priced before takes that cost's interval (a pricing costs milliseconds).
+#: scale) of one priced before takes that one's interval (a pricing costs milliseconds).
 LEAST_GRAIN = math.log(1.25)
 
 
 class AutoPlanner:
-    """Chooses each run's plan from costs measured on the runs of this process.
+    """Chooses each run's plan from costs measured on this process's runs.
 
     Parameters
     ----------
@@ -227,11 +226,10 @@ class AutoPlanner:
         """Take the schedule the model predicts fastest once memory is warm, or after a first
         run one within :data:`~asyncckpt._tuning.tuner.NEAR_TIE` of it that faults in less fresh
         memory: an interval, or Revolve in Level-1 alone; under a budget without fixed slots,
-        also the split of the budget between Level-1 slots and the DRAM tier. A kind of plan
-        no run has measured, priced within :data:`~asyncckpt._tuning.choice.EXPLORE` of that,
-        runs once instead (:func:`~asyncckpt._tuning.choice.explored`). The prediction
-        adds what this run pays to fault in the memory no earlier run left (see
-        :mod:`asyncckpt._tuning.tuner`)."""
+        also the budget's split between Level-1 slots and the DRAM tier. A kind of plan no run
+        has measured, priced within :data:`~asyncckpt._tuning.choice.EXPLORE` of that, runs
+        once instead (:func:`~asyncckpt._tuning.choice.explored`). The prediction adds the
+        faults of memory no earlier run left (:mod:`asyncckpt._tuning.tuner`)."""
         began = time.perf_counter()
         tuner = self.tuner
         planner = self.planner
@@ -287,8 +285,8 @@ class AutoPlanner:
 
     def interval_for(self, tf: float, tw: float | None) -> int:
         """The interval the model finds fastest for the run's slots were its steps to cost
-        ``tf`` seconds each and its writes ``tw`` (what an adaptive run measures as it goes);
-        kept per quarter of a step's and a write's cost, so a run prices a few."""
+        ``tf`` seconds each and its writes ``tw`` (as an adaptive run measures them); kept per
+        quarter of a step's and a write's cost, so a run prices a few."""
         key = (round(math.log(tf) / LEAST_GRAIN), None if tw is None or tw <= 0
                else round(math.log(tw) / LEAST_GRAIN))
         least = self._intervals.get(key)
