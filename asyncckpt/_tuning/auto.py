@@ -154,7 +154,7 @@ class AutoPlanner:
 
     def before_run(self, stats: Stats, interpreter: Interpreter) -> None:
         """Probe (a first run of known n), then choose the run's plan; a first run of unknown
-        length starts from the least interval, 1."""
+        length starts from interval 1."""
         tuner = self.tuner
         n = self.planner.n_timesteps
         if n is not None and n <= 1:
@@ -226,7 +226,7 @@ class AutoPlanner:
         """Take the schedule the model predicts fastest once memory is warm, or after a first
         run one within :data:`~asyncckpt._tuning.tuner.NEAR_TIE` of it that faults in less fresh
         memory: an interval, or Revolve in Level-1 alone; under a budget without fixed slots,
-        also the budget's split between Level-1 slots and the DRAM tier. A kind of plan no run
+        the budget's split between Level-1 slots and the DRAM tier too. A kind of plan no run
         has measured, priced within :data:`~asyncckpt._tuning.choice.EXPLORE` of that, runs
         once instead (:func:`~asyncckpt._tuning.choice.explored`). The prediction adds the
         faults of memory no earlier run left (:mod:`asyncckpt._tuning.tuner`)."""
