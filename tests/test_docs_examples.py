@@ -121,3 +121,32 @@ def test_a_failing_example_fails_the_test(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", found[0].code], capture_output=True, text=True)
     assert done.returncode != 0 and "NameError" in done.stderr
 
+
+
+BLOCKER = '''
+import importlib.abc, sys
+
+class Absent(importlib.abc.MetaPathFinder):
+    """The docs extra alone: none of the frameworks of the other extras is installed."""
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {"torch", "jax", "jaxlib", "cupy", "devito", "mpi4py"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Absent())
+'''
+
+
+@pytest.mark.timeout(600)
+def test_the_site_builds_with_the_docs_extra_alone(tmp_path: Path) -> None:
+    # conf.py imported asyncckpt.torch and asyncckpt.jax: ModuleNotFoundError without torch
+    pytest.importorskip("sphinx")
+    pytest.importorskip("pydata_sphinx_theme")
+    (tmp_path / "path").mkdir()
+    (tmp_path / "path" / "sitecustomize.py").write_text(BLOCKER)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "path"), "PYTHON": sys.executable}
+    done = subprocess.run([str(ROOT / "scripts" / "build_docs.sh"), str(tmp_path / "site")],
+                          env=env, capture_output=True, text=True, timeout=540)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    page = tmp_path / "site" / "api" / "generated" / "asyncckpt.torch.checkpoint_scan.html"
+    assert "memory_budget" in page.read_text()
