@@ -13,8 +13,9 @@ Imports torch; the rest of asyncckpt never imports this module.
 from __future__ import annotations
 
 from .function import last_stats
+from .passes import activation_shapes
 from .scan import checkpoint_scan
-from .sequential import activation_shapes, checkpoint_sequential
+from .sequential import checkpoint_sequential
 from .trees import closed_over_parameters, saved_bytes
 
 __all__ = ["checkpoint_scan", "checkpoint_sequential", "closed_over_parameters",

@@ -8,7 +8,8 @@ import torch
 
 from ..stats import Stats
 
-__all__ = ["Checkpointed", "ForwardOperator", "ReverseOperator", "Run", "last_stats"]
+__all__ = ["Checkpointed", "ForwardOperator", "ReverseOperator", "Run", "apply_checkpointed",
+           "last_stats"]
 
 # The stats of the last run that ended in this process (its backward, or its forward where no
 # backward comes); the checkpointer itself is let go with the run.
@@ -89,3 +90,14 @@ class Checkpointed(torch.autograd.Function):
         finally:
             run.checkpointer.close()
             record_stats(run.checkpointer.stats)
+
+
+def apply_checkpointed(run: Any, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """:class:`Checkpointed` applied to ``run`` and its ``inputs``: the outputs of its forward
+    sweep; its checkpointer closed (its stats kept) where no backward will come (no_grad, or
+    nothing to differentiate)."""
+    outputs: tuple[torch.Tensor, ...] = Checkpointed.apply(run, *inputs)
+    if not any(out.requires_grad for out in outputs):
+        run.checkpointer.close()
+        record_stats(run.checkpointer.stats)
+    return outputs

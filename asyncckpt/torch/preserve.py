@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Set
 from typing import Any
 
 import torch
@@ -169,7 +169,7 @@ class Buffers:
 
 
 def reached_leaves(roots: Sequence[torch.Tensor], known: set[int],
-                   stops: set[Any] = frozenset()) -> list[torch.Tensor]:  # type: ignore[assignment]
+                   stops: Set[Any] = frozenset()) -> list[torch.Tensor]:
     """The leaf tensors that need a gradient which autograd reaches from ``roots``, other than
     those whose ids are in ``known``, in the order first reached: the ``.variable`` of each
     AccumulateGrad node of their graph; the walk stops at those and at the nodes in ``stops``

@@ -1,7 +1,7 @@
 """``checkpoint_scan``: a scan whose backward runs asyncckpt."""
 from __future__ import annotations
 
-import contextlib
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,15 +12,17 @@ from ..checkpointer import AsyncCheckpointer
 from ..errors import InvalidTypeError, InvalidValueError
 from ..planning import scan_length
 
-from .function import Checkpointed, ForwardOperator, ReverseOperator, record_stats
-from .preserve import (Autocast, Buffers, Generators, LateDraw, UnlistedLeafError,
-                       describe_leaf, reached_leaves)
+from .function import ForwardOperator, ReverseOperator, apply_checkpointed
+from .preserve import LateDraw
+from .recompute import SegmentedRun, backward_through
 from .segments import SCAN_CHECKPOINTS_SHARE, graph_share, in_segments, segment_starts
-from .trees import UNSET, Live, Tree, leaves
+from .steps import Step
+from .trees import UNSET, Live, leaves
 
 __all__ = ["ScanRun", "checkpoint_scan"]
 
-class ScanRun:
+
+class ScanRun(SegmentedRun):
     """One scan's state between its forward sweep and its backward: the step, the live carry,
     the inputs and outputs, and the checkpointer that holds the carries.
 
@@ -29,36 +31,29 @@ class ScanRun:
     later step that draws while the carry holds none raises :class:`LateDraw` in the forward
     sweep (:func:`checkpoint_scan` then runs again with it)."""
 
+    name = "checkpoint_scan"
+    unit = "steps"
+
     def __init__(self, step: Callable[..., Any], carry_spec: Any, carry: Sequence[torch.Tensor],
                  xs_spec: Any, xs: Sequence[torch.Tensor], n: int,
                  params: Sequence[torch.Tensor] | None, segments: int | None,
                  options: dict[str, Any], *, preserve_rng_state: bool = True,
                  with_rng: bool = False) -> None:
-        self.step, self.carry_spec, self.xs_spec, self.n = step, carry_spec, xs_spec, n
-        self.carry_tree, self.xs_tree = Tree(carry_spec), Tree(xs_spec)
-        self.y_tree: Tree | None = None
+        self.step, self.n = Step(step, carry_spec, carry, xs_spec, xs), n
+        self.xs = self.step.xs
         self.ys: list[torch.Tensor] | None = None
-        self.y_spec: Any = UNSET
-        self.xs = list(xs)
-        self.xs_data = [x.detach() for x in self.xs]  # indexed per step without a graph
-        self.shapes = [(t.shape, t.dtype, t.device) for t in carry]
-        self.preserve_rng_state = preserve_rng_state
-        self.autocast = Autocast()
-        self.generators = Generators([*carry, *xs, *(params or ())])
-        #: the modules the forward sweep calls, and their buffers before it
-        self.forward_buffers = Buffers()
-        self.named: list[tuple[str, torch.Tensor]] = []  # parameters by name, for errors
-        self.touched = Buffers()  # the modules the backward calls
-        graph, self.params, drew = self.probe(carry, params)
+        super().__init__([*carry, *xs, *(params or ())], preserve_rng_state)
+        # self.named: the parameters of the modules step 0 calls, by name, for errors
+        graph, self.params, drew, self.named = self.step.probe(
+            carry, params, self.generators, self.autocast, self.name)
         self.step_graph_bytes = graph
         self.param_ids = {id(p) for p in self.params if p.grad_fn is None}
         self.param_stops = {p.grad_fn for p in self.params if p.grad_fn is not None}
         rng = preserve_rng_state and (drew or with_rng)
         self.live = Live(carry, self.generators.nbytes if rng else 0)
-        if self.live.extra is not None:
-            self.live.extra.copy_(self.generators.get())
-        self.recording = True
-        self.reached = 0  # the segments the forward sweep has run
+        self.rng = self.live.extra
+        if self.rng is not None:
+            self.rng.copy_(self.generators.get())
         self.adjoint: list[torch.Tensor | None] = []
         self.grad_ys: list[torch.Tensor | None] = []
         self.grad_xs: list[torch.Tensor | None] = []
@@ -73,12 +68,9 @@ class ScanRun:
             self.live, ForwardOperator(self), ReverseOperator(self), len(self.starts) - 1,
             taping=False, **in_segments(options, len(self.starts) - 1))
 
-    name = "checkpoint_scan"
-
     def forward_outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """After the forward sweep: the final carry and the stacked outputs."""
-        self.recording = False
-        self.forward_buffers.check(self.name)
+        self.end_forward()
         nc = len(self.live.tensors)
         self.carry_needs_grad = [leaf.requires_grad and leaf.is_floating_point()
                                  for leaf in inputs[:nc]]
@@ -93,12 +85,7 @@ class ScanRun:
         self.grad_ys = list(grads[nc:])
         self.grad_xs = [torch.zeros_like(x) if x.requires_grad else None for x in self.xs]
         self.grad_params = [None] * len(self.params)
-        # the caller's generators and the modules' buffers as the forward sweep left them
-        with self.generators.fork(), Buffers() as self.touched:
-            try:
-                self.checkpointer.apply_reverse()
-            finally:
-                self.touched.restore()
+        self.reverse_sweep()
         carry_grads = [g if needs else None
                        for g, needs in zip(self.adjoint, self.carry_needs_grad)]
         grads_out = (*carry_grads, *self.grad_xs, *self.grad_params)
@@ -106,152 +93,43 @@ class ScanRun:
         self.adjoint, self.grad_xs, self.grad_params = [], [], []
         return grads_out
 
-    def x(self, t: int, grad: bool = False) -> Any:
-        leaves = [data[t].requires_grad_() if grad and x.requires_grad else data[t]
-                  for x, data in zip(self.xs, self.xs_data)]
-        return self.xs_tree.unflatten(leaves) if self.xs_spec is not None else None
-
-    def call(self, t: int, carry: Any, x: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """``step(carry, x)``, its carry checked against the one it was given."""
-        result = self.step(carry, x)
-        if not isinstance(result, tuple) or len(result) != 2:
-            raise InvalidTypeError(f"step {t} returned a {type(result).__name__}, expected a "
-                                   "pair (carry_next, y)")
-        new, y = result
-        new_leaves = self.carry_tree.leaves(new)
-        if new_leaves is None:
-            new_leaves, new_spec = leaves(new, f"the carry step {t} returned:")
-            if new_spec != self.carry_spec:
-                raise InvalidValueError(f"step {t} returned a carry of structure {new_spec}, it "
-                                        f"was given {self.carry_spec}")
-        for i, (leaf, (shape, dtype, device)) in enumerate(zip(new_leaves, self.shapes)):
-            if leaf.shape != shape or leaf.dtype != dtype or leaf.device != device:
-                raise InvalidValueError(
-                    f"step {t} returned carry leaf {i} of shape {tuple(leaf.shape)}, "
-                    f"{leaf.dtype} on {leaf.device}; it was given {tuple(shape)}, {dtype} "
-                    f"on {device}")
-        y_leaves = None if y is None or self.y_tree is None else self.y_tree.leaves(y)
-        if y_leaves is None:
-            y_leaves, y_spec = leaves(y, f"the output step {t} returned:") if y is not None \
-                else ([], None)
-            if self.y_spec is UNSET:
-                self.y_spec, self.y_tree = y_spec, Tree(y_spec)
-            elif y_spec != self.y_spec:
-                raise InvalidValueError(f"step {t} returned an output of structure {y_spec}, "
-                                        f"step 0 returned {self.y_spec}")
-        return new_leaves, y_leaves
-
-    def probe(self, carry: Sequence[torch.Tensor], params: Sequence[torch.Tensor] | None
-              ) -> tuple[int, list[torch.Tensor], bool]:
-        """Step 0 run once more under enable_grad, from u_0, its graph let go and nothing it
-        changes kept (generators, buffers): the bytes its graph keeps for the backward (the
-        tensors autograd saves, each storage once; not the carry, ``xs`` or the parameters),
-        the tensors that need a gradient it reaches (``params``, or those autograd finds in
-        its graph), and whether it draws random numbers.
-
-        Raises
-        ------
-        UnlistedLeafError
-            ``params`` is given and step 0 reaches another tensor that needs a gradient.
-        InvalidValueError
-            A module step 0 calls changes a buffer its outputs may read.
-        """
-        inputs = [leaf.detach().requires_grad_(leaf.is_floating_point()) for leaf in carry]
-        x = self.x(0, grad=True)
-        x_leaves = (self.xs_tree.leaves(x) or pytree.tree_leaves(x)) if x is not None else []
-        saved: dict[int, int] = {}
-
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            storage = tensor.untyped_storage()
-            saved.setdefault(storage.data_ptr(), storage.nbytes())
-            return tensor
-
-        known = {id(t) for t in [*inputs, *x_leaves, *(params or ())] if t.grad_fn is None}
-        stops = {p.grad_fn for p in params or () if p.grad_fn is not None}
-        with self.generators.fork(), Buffers() as touched:
-            try:
-                before = self.generators.get()
-                with self.autocast(), torch.enable_grad(), \
-                        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                    new, y = self.call(0, self.carry_tree.unflatten(inputs), x)
-                drew = not torch.equal(before, self.generators.get())
-                touched.check(f"{self.name}: step 0")
-                found = reached_leaves([t for t in [*new, *y] if t.requires_grad], known, stops)
-            finally:
-                touched.restore()
-        self.named = list(touched.named())
-        if params is None:
-            params = found
-        elif found:
-            raise UnlistedLeafError(
-                f"{self.name}: step 0 reaches {describe_leaf(found[0], self.named)}, which "
-                f"requires grad and is not in params= ({len(params)} tensors); add it, or leave "
-                "params=None to differentiate every tensor autograd finds")
-        held = {t.untyped_storage().data_ptr() for t in [*carry, *self.xs_data, *params]}
-        return sum(b for ptr, b in saved.items() if ptr not in held), list(params), drew
-
     def graph_bytes(self) -> int:
-        """The bytes step 0's graph keeps for its backward, as :meth:`probe` measured them."""
+        """The bytes step 0's graph keeps for its backward, as :meth:`Step.probe` measured
+        them."""
         return self.step_graph_bytes
 
-    def advance(self, start: int, end: int) -> None:
-        if self.recording and start < self.reached < end:
-            self.advance(start, self.reached)
-            self.advance(self.reached, end)
-            return
-        # the forward sweep may run segments again (it split a call): their modules' buffers
-        # are put back after, as the backward's recomputations are
-        again = self.recording and start < self.reached
-        self.reached = max(self.reached, end)
+    def run_segments(self, start: int, end: int) -> None:
+        # each step takes the one before's carry as it returned it; the live carry, which the
+        # checkpointer reads, takes the segment's last
         live = carry = self.live.tensors
-        generators, rng = self.generators, self.live.extra
-        # the generators are part of the state: a segment draws from its first carry's
-        if rng is not None:
-            generators.set(rng)
-        elif self.recording and self.preserve_rng_state:
-            before = generators.get()
-        with contextlib.ExitStack() as stack:
-            if again:
-                stack.callback(stack.enter_context(Buffers()).restore)
-            elif self.recording:
-                stack.enter_context(self.forward_buffers)
-            stack.enter_context(self.autocast())
-            stack.enter_context(torch.no_grad())
-            # each step takes the one before's carry as it returned it; the live carry, which
-            # the checkpointer reads, takes the segment's last
-            for t in range(self.starts[start], self.starts[end]):
-                carry, y = self.call(t, self.carry_tree.unflatten(carry), self.x(t))
-                if self.recording:
-                    if self.ys is None:
-                        self.ys = [torch.empty((self.n, *leaf.shape), dtype=leaf.dtype,
-                                               device=leaf.device) for leaf in y]
-                    for out, leaf in zip(self.ys, y):
-                        out[t].copy_(leaf)
-            for target, leaf in zip(live, carry):
-                if leaf is not target:
-                    target.copy_(leaf)
-        if rng is not None:
-            rng.copy_(generators.get())
-        elif self.recording and self.preserve_rng_state \
-                and not torch.equal(before, generators.get()):
-            raise LateDraw(f"steps {self.starts[start]} to {self.starts[end] - 1}")
+        step = self.step
+        for t in range(self.starts[start], self.starts[end]):
+            carry, y = step(t, step.carry_tree.unflatten(carry), step.x(t))
+            if self.recording:
+                if self.ys is None:
+                    self.ys = [torch.empty((self.n, *leaf.shape), dtype=leaf.dtype,
+                                           device=leaf.device) for leaf in y]
+                for out, leaf in zip(self.ys, y):
+                    out[t].copy_(leaf)
+        for target, leaf in zip(live, carry):
+            if leaf is not target:
+                target.copy_(leaf)
 
     def reverse(self, s: int) -> None:
         """Segment s's steps again under enable_grad from its first carry (live), and one
         backward through them into the carry's, ``xs``'s and the parameters' adjoints."""
         begin, end = self.starts[s], self.starts[s + 1]
-        if self.live.extra is not None:
-            self.generators.set(self.live.extra)
-        with self.autocast(), torch.enable_grad():
+        with self.recomputing():
             # every floating leaf: carries after u_0 depend on xs and the parameters
             inputs = [leaf.detach().requires_grad_(leaf.is_floating_point())
                       for leaf in self.live.tensors]
-            carry, outputs, seeds, x_leaves = inputs, [], [], []
+            carry, outputs, x_leaves = inputs, [], []
+            seeds: list[torch.Tensor | None] = []
+            step = self.step
             for t in range(begin, end):
-                x = self.x(t, grad=True)
-                x_leaves.append(self.xs_tree.leaves(x) or pytree.tree_leaves(x)
-                                if x is not None else [])
-                carry, y = self.call(t, self.carry_tree.unflatten(carry), x)
+                x = step.x(t, grad=True)
+                x_leaves.append(step.x_leaves(x))
+                carry, y = step(t, step.carry_tree.unflatten(carry), x)
                 for leaf, grads in zip(y, self.grad_ys):
                     if grads is not None and leaf.requires_grad:
                         outputs.append(leaf)
@@ -262,25 +140,16 @@ class ScanRun:
                     seeds.append(seed)
             # what autograd reaches that nobody differentiates would lose its gradient
             known = {id(t) for t in [*inputs, *(leaf for xl in x_leaves for leaf in xl)]}
-            unlisted = reached_leaves(outputs, known | self.param_ids, self.param_stops)
-            if unlisted:
-                raise UnlistedLeafError(
-                    f"{self.name}: steps {begin} to {end - 1} reach "
-                    f"{describe_leaf(unlisted[0], [*self.named, *self.touched.named()])}, which "
-                    "requires grad and is not "
-                    f"differentiated (the {len(self.params)} tensors differentiated were found "
-                    "on step 0): pass every tensor the steps reach in params=")
-            # Each parameter's sum so far enters its gradient first, through an identity made
-            # last (autograd runs it first): the later steps' parts are then added one by one,
-            # in the order plain autograd adds them, so the sums are its own to the last bit.
-            for parameter, total in zip(self.params, self.grad_params):
-                if total is not None and parameter.requires_grad:
-                    outputs.append(parameter.view_as(parameter))
-                    seeds.append(total)
+            self.check_reached(
+                s, outputs, known | self.param_ids, self.param_stops,
+                itertools.chain(self.named, self.touched.named()),
+                f"is not differentiated (the {len(self.params)} tensors differentiated were "
+                "found on step 0): pass every tensor the steps reach in params=")
             wrt = [*inputs, *(leaf for leaves in x_leaves for leaf in leaves), *self.params]
             wanted = [leaf for leaf in wrt if leaf.requires_grad]
-            found = iter(torch.autograd.grad(outputs, wanted, seeds, allow_unused=True)
-                         if outputs and wanted else [None] * len(wanted))
+            found = iter(backward_through(
+                outputs, seeds, wanted,
+                ((p, total) for p, total in zip(self.params, self.grad_params) if p.requires_grad)))
             got = [next(found) if leaf.requires_grad else None for leaf in wrt]
         nc, nx = len(inputs), len(self.xs)
         self.adjoint = got[:nc]
@@ -375,19 +244,16 @@ def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs:
         scan = ScanRun(step, carry_spec, carry_leaves, xs_spec, xs_leaves, n, params, segments,
                        dict(options), preserve_rng_state=preserve_rng_state)
         initial = scan.generators.get()
-        outputs = Checkpointed.apply(scan, *carry_leaves, *xs_leaves, *scan.params)
+        outputs = apply_checkpointed(scan, *carry_leaves, *xs_leaves, *scan.params)
     except LateDraw:
         # a step after step 0 drew: again from the start, the generators in the carry
         scan.generators.set(initial)
         scan.forward_buffers.restore()
         scan = ScanRun(step, carry_spec, carry_leaves, xs_spec, xs_leaves, n, params, segments,
                        dict(options), preserve_rng_state=preserve_rng_state, with_rng=True)
-        outputs = Checkpointed.apply(scan, *carry_leaves, *xs_leaves, *scan.params)
-    if not any(out.requires_grad for out in outputs):
-        scan.checkpointer.close()  # no backward will come (no_grad, or nothing to differentiate)
-        record_stats(scan.checkpointer.stats)
+        outputs = apply_checkpointed(scan, *carry_leaves, *xs_leaves, *scan.params)
     nc = len(carry_leaves)
     final = pytree.tree_unflatten(list(outputs[:nc]), carry_spec)
-    ys = pytree.tree_unflatten(list(outputs[nc:]), scan.y_spec) \
-        if scan.y_spec not in (None, UNSET) else None
+    ys = pytree.tree_unflatten(list(outputs[nc:]), scan.step.y_spec) \
+        if scan.step.y_spec not in (None, UNSET) else None
     return final, ys

@@ -1,10 +1,6 @@
 """``checkpoint_sequential``: a stack of layers checkpointed by asyncckpt."""
 from __future__ import annotations
 
-import contextlib
-import itertools
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,149 +9,16 @@ import torch
 from ..checkpointer import AsyncCheckpointer
 from ..errors import InvalidTypeError, InvalidValueError
 
-from .function import Checkpointed, ForwardOperator, ReverseOperator, record_stats
-from .preserve import (Autocast, Buffers, Generators, LateDraw, UnlistedLeafError,
-                       describe_leaf, reached_leaves)
+from .function import ForwardOperator, ReverseOperator, apply_checkpointed
+from .passes import PASSES, Passes, meta_pass
+from .preserve import LateDraw, UnlistedLeafError
+from .recompute import SegmentedRun, backward_through
 from .segments import STACK_CHECKPOINTS_SHARE, graph_share, in_segments, segment_starts
 
-__all__ = ["PASSES", "Passes", "SequentialRun", "activation_shapes", "checkpoint_sequential",
-           "meta_pass"]
-
-def activation_shapes(layers: Sequence[Any], input: torch.Tensor) -> list[tuple[Any, Any]]:
-    """(shape, dtype) of the input of each layer and of the last one's output, from a pass on
-    torch's meta device (no data, no compute); a layer that cannot run there is run for real,
-    without a graph, from that layer on."""
-    return meta_pass(layers, input)[0]
+__all__ = ["SequentialRun", "checkpoint_sequential"]
 
 
-def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[
-        list[tuple[Any, Any]], list[int | None], list[list[torch.Tensor]]]:
-    """:func:`activation_shapes`, the bytes each layer's graph keeps for its backward
-    (the tensors autograd saves, each counted once, parameters not at all; None for a layer
-    run for real), and the tensors needing a gradient each layer reaches, found by autograd
-    in its graph (a module's parameters through their copies on the meta device). A layer
-    run for real runs with the random generators and the buffers put back after it."""
-    from torch.func import functional_call
-
-    shapes = [(input.shape, input.dtype)]
-    graph: list[int | None] = []
-    x = input.detach().to("meta").requires_grad_(input.is_floating_point())
-    real: torch.Tensor | None = None
-    parameters: dict[int, torch.Tensor] = {}  # held, so that no later tensor takes an id
-    saved: dict[int, torch.Tensor] = {}  # the tensors held, so ids stay theirs
-    kept = [0]  # their bytes
-    reached: list[list[torch.Tensor]] = []
-    generators = Generators([input])
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        base = tensor if tensor._base is None else tensor._base  # a view keeps its base
-        if id(base) not in parameters and id(base) not in saved:
-            saved[id(base)] = base
-            kept[0] += base.numel() * base.element_size()
-        return tensor
-
-    for i, layer in enumerate(layers):
-        if real is None:
-            before = kept[0]
-            inputs = x  # the meta graph runs on, so that a tensor saved twice counts once
-            try:
-                with torch.enable_grad(), \
-                        torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-                    if isinstance(layer, torch.nn.Module):
-                        state = {name: t.to("meta") for name, t in
-                                 [*layer.named_parameters(), *layer.named_buffers()]}
-                        parameters.update((id(t), t) for t in state.values())
-                        x = functional_call(layer, state, (inputs,))
-                    else:
-                        x = layer(inputs)
-                graph.append(kept[0] - before)
-            except (NotImplementedError, RuntimeError):
-                real = input
-                with generators.fork(), Buffers() as touched, torch.no_grad():
-                    try:
-                        for earlier in layers[:i]:
-                            real = earlier(real)
-                    finally:
-                        touched.restore()
-        if real is not None:
-            inputs = real.detach().requires_grad_(real.is_floating_point())
-            with generators.fork(), Buffers() as touched, torch.enable_grad():
-                try:
-                    x = layer(inputs)
-                finally:
-                    touched.restore()
-            real = x.detach() if isinstance(x, torch.Tensor) else x
-            graph.append(None)
-        if not isinstance(x, torch.Tensor):
-            raise InvalidTypeError(f"layer {i} returned a {type(x).__name__}, expected a tensor")
-        reached.append(reached_leaves([x] if x.grad_fn is not None else [], {id(inputs)},
-                                      {inputs.grad_fn} if inputs.grad_fn is not None else set()))
-        if real is not None:
-            x = real
-        shapes.append((x.shape, x.dtype))
-    return shapes, graph, reached
-
-
-class Passes:
-    """The meta passes of recent stacks, for the next call on the same layers and input: a
-    model trained over many calls skips its pass.
-
-    Keyed by the layers' identities, every parameter's and buffer's shape, dtype, device and
-    ``requires_grad``, and the input's; the layers are held by weak reference where they allow
-    it, so a cached stack goes with its model. A layer whose outputs change with none of those
-    (an attribute set between calls) makes the forward sweep raise its shape error, and
-    :func:`checkpoint_sequential` then runs once more after a fresh pass.
-    """
-
-    #: stacks remembered, the most recent
-    SIZE = 4
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[Any, ...], tuple[list[Any], Any]] = OrderedDict()
-
-    @staticmethod
-    def key(layers: Sequence[Any], input: torch.Tensor) -> tuple[Any, ...]:
-        def signature(layer: Any) -> tuple[Any, ...]:
-            if not isinstance(layer, torch.nn.Module):
-                return (id(layer),)
-            return (id(layer), *((name, t.shape, t.dtype, t.device, t.requires_grad)
-                                 for name, t in itertools.chain(layer.named_parameters(),
-                                                                layer.named_buffers())))
-
-        return (tuple(map(signature, layers)), input.shape, input.dtype, input.device,
-                input.requires_grad)
-
-    def get(self, key: tuple[Any, ...], layers: Sequence[Any]) -> Any:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        refs, result = entry
-        if any((ref() if isinstance(ref, weakref.ref) else ref) is not layer
-               for ref, layer in zip(refs, layers)):
-            del self._entries[key]  # a freed layer's id, taken by another
-            return None
-        self._entries.move_to_end(key)
-        return result
-
-    def put(self, key: tuple[Any, ...], layers: Sequence[Any], result: Any) -> None:
-        refs: list[Any] = []
-        for layer in layers:
-            try:
-                refs.append(weakref.ref(layer))
-            except TypeError:  # a builtin such as torch.tanh: it lives as long as torch
-                refs.append(layer)
-        self._entries[key] = (refs, result)
-        while len(self._entries) > self.SIZE:
-            self._entries.popitem(last=False)
-
-    def drop(self, key: tuple[Any, ...]) -> None:
-        self._entries.pop(key, None)
-
-
-PASSES = Passes()
-
-
-class SequentialRun:
+class SequentialRun(SegmentedRun):
     """A stack of layers as a run of asyncckpt: a step is a segment of consecutive layers, and
     u_s the input of segment s, stored as bytes in one buffer the size of the largest (states
     of different sizes). The backward of a segment runs its layers again under enable_grad and
@@ -163,6 +26,7 @@ class SequentialRun:
     are as long as ``memory_budget`` lets their graphs be, beside the checkpoints."""
 
     name = "checkpoint_sequential"
+    unit = "layers"
 
     def __init__(self, layers: Sequence[Any], input: torch.Tensor, segments: int | None,
                  options: dict[str, Any], key: tuple[Any, ...], *,
@@ -188,12 +52,7 @@ class SequentialRun:
         self.flat_params = list({id(p): p for ps in self.params for p in ps}.values())
         self.index = {id(p): k for k, p in enumerate(self.flat_params)}
         self.param_ids = set(self.index)
-        self.preserve_rng_state = preserve_rng_state
-        self.autocast = Autocast()
-        self.generators = Generators([input, *self.flat_params])
-        self.forward_buffers, self.touched = Buffers(), Buffers()
-        self.recording = True
-        self.reached = 0  # the segments the forward sweep has run
+        super().__init__([input, *self.flat_params], preserve_rng_state)
         # the generators' state is checkpointed after the activation where a layer draws
         # (a dropout layer, or a layer that drew in an earlier forward sweep: LateDraw)
         rng = preserve_rng_state and (with_rng or any(
@@ -243,75 +102,35 @@ class SequentialRun:
                     f"{getattr(x, 'dtype', '')}; its first pass returned {tuple(shape)}, {dtype}")
         return x
 
-    def advance(self, start: int, end: int) -> None:
-        if self.recording and start < self.reached < end:
-            self.advance(start, self.reached)
-            self.advance(self.reached, end)
-            return
-        # the forward sweep may run segments again (it split a call): their modules' buffers
-        # are put back after, as the backward's recomputations are
-        again = self.recording and start < self.reached
-        self.reached = max(self.reached, end)
-        generators, rng = self.generators, self.rng
-        # the generators are part of the state: a segment draws from its input's
-        if rng is not None:
-            generators.set(rng)
-        elif self.recording and self.preserve_rng_state:
-            before = generators.get()
-        with contextlib.ExitStack() as stack:
-            if again:
-                stack.callback(stack.enter_context(Buffers()).restore)
-            elif self.recording:
-                stack.enter_context(self.forward_buffers)
-            stack.enter_context(self.autocast())
-            stack.enter_context(torch.no_grad())
-            for s in range(start, end):
-                output = self.segment(s, self.view(s))
-                if output.untyped_storage().data_ptr() == \
-                        self.buffer.untyped_storage().data_ptr():
-                    output = output.clone()  # a view of its input (a reshape, say)
-                self.view(s + 1).copy_(output)
-        if rng is not None:
-            rng.copy_(generators.get())
-        elif self.recording and self.preserve_rng_state \
-                and not torch.equal(before, generators.get()):
-            raise LateDraw(f"layers {self.starts[start]} to {self.starts[end] - 1}")
+    def run_segments(self, start: int, end: int) -> None:
+        for s in range(start, end):
+            output = self.segment(s, self.view(s))
+            if output.untyped_storage().data_ptr() == self.buffer.untyped_storage().data_ptr():
+                output = output.clone()  # a view of its input (a reshape, say)
+            self.view(s + 1).copy_(output)
 
     def reverse(self, s: int) -> None:
         floating = self.shapes[self.starts[s]][1].is_floating_point
-        if self.rng is not None:
-            self.generators.set(self.rng)
-        with self.autocast(), torch.enable_grad():
+        with self.recomputing():
             inputs = self.view(s).detach().requires_grad_(floating)
             output = self.segment(s, inputs)
-            unlisted = reached_leaves([output] if output.grad_fn is not None else [],
-                                      self.param_ids | {id(inputs)})
-            if unlisted:
-                raise UnlistedLeafError(
-                    f"{self.name}: layers {self.starts[s]} to {self.starts[s + 1] - 1} reach "
-                    f"{describe_leaf(unlisted[0], self.touched.named())}, which requires grad "
-                    "and was not found in their first pass (a layer that reaches other "
-                    "tensors from call to call): make it an nn.Module that owns them")
+            self.check_reached(
+                s, [output] if output.grad_fn is not None else [], self.param_ids | {id(inputs)},
+                frozenset(), self.touched.named(),
+                "was not found in their first pass (a layer that reaches other tensors from "
+                "call to call): make it an nn.Module that owns them")
             wanted = ([inputs] if floating else []) + self.params[s]
-            outputs, seeds = [output], [self.adjoint]
-            # Each parameter's sum so far enters its gradient first, through an identity made
-            # last (autograd runs it first): this segment's uses are then added one by one,
-            # in the order plain autograd adds them (as checkpoint_scan sums them)
-            for parameter in self.params[s]:
-                total = self.grad_params[self.index[id(parameter)]]
-                if total is not None:
-                    outputs.append(parameter.view_as(parameter))
-                    seeds.append(total)
-            got = torch.autograd.grad(outputs, wanted, seeds, allow_unused=True) \
-                if output.requires_grad and wanted else [None] * len(wanted)
+            got = backward_through(
+                [output], [self.adjoint], wanted,
+                ((p, self.grad_params[self.index[id(p)]]) for p in self.params[s]),
+                output.requires_grad)
         self.adjoint = got[0] if floating else None
         for parameter, grad in zip(self.params[s], got[1:] if floating else got):
             if grad is not None:
                 self.grad_params[self.index[id(parameter)]] = grad
 
     def forward_outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        self.recording = False
-        self.forward_buffers.check(self.name)
+        self.end_forward()
         self.input_needs_grad = inputs[0].requires_grad
         return (self.view(len(self.starts) - 1).clone(),)
 
@@ -320,12 +139,7 @@ class SequentialRun:
         last = self.view(len(self.starts) - 1)
         self.adjoint = grad if grad is not None else torch.zeros_like(last)
         self.grad_params = [None] * len(self.flat_params)
-        # the caller's generators and the modules' buffers as the forward sweep left them
-        with self.generators.fork(), Buffers() as self.touched:
-            try:
-                self.checkpointer.apply_reverse()
-            finally:
-                self.touched.restore()
+        self.reverse_sweep()
         grads_out = (self.adjoint if self.input_needs_grad else None, *self.grad_params)
         # let go of them, so autograd can take them into .grad instead of copying them
         self.adjoint, self.grad_params = None, []
@@ -389,7 +203,7 @@ def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input:
                             preserve_rng_state=preserve_rng_state, with_rng=with_rng)
         initial = run.generators.get()
         try:
-            (output,) = Checkpointed.apply(run, input, *run.flat_params)
+            (output,) = apply_checkpointed(run, input, *run.flat_params)
             break
         except LateDraw:
             # a layer drew with no generator state in the checkpoints: again, with it
@@ -404,7 +218,4 @@ def checkpoint_sequential(functions: Sequence[Any] | torch.nn.Sequential, input:
             fresh = True
         run.generators.set(initial)
         run.forward_buffers.restore()
-    if not output.requires_grad:
-        run.checkpointer.close()
-        record_stats(run.checkpointer.stats)
     return output

@@ -1,0 +1,143 @@
+"""A run cut into segments, each run again exactly from its checkpointed state: the forward
+sweep's segments under the state they must see (random generators, buffers, autocast), and the
+reverse sweep's backward through one segment, summed in autograd's order.
+
+:class:`SegmentedRun` is what ``checkpoint_scan``'s and ``checkpoint_sequential``'s runs share;
+each says what a segment computes (:meth:`SegmentedRun.run_segments`) and what its backward
+differentiates.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence, Set
+from typing import Any
+
+import torch
+
+from .preserve import (Autocast, Buffers, Generators, LateDraw, UnlistedLeafError,
+                       describe_leaf, reached_leaves)
+
+__all__ = ["SegmentedRun", "backward_through"]
+
+
+class SegmentedRun:
+    """The state a run's sweeps share: where its segments start, the random generators (their
+    state checkpointed in ``rng`` where the segments draw, else None), the buffers of the
+    modules the forward sweep and the backward call, and autocast as the run was called.
+
+    Parameters
+    ----------
+    tensors
+        The run's tensors, whose CUDA devices' generators count.
+    preserve_rng_state
+        Whether a recomputed segment draws what its first run drew.
+    """
+
+    #: the entry point, as errors name it
+    name = ""
+    #: what a segment is made of, as errors name them ("steps", "layers")
+    unit = ""
+    starts: list[int]
+    rng: torch.Tensor | None
+    checkpointer: Any
+
+    def __init__(self, tensors: Iterable[torch.Tensor], preserve_rng_state: bool) -> None:
+        self.preserve_rng_state = preserve_rng_state
+        self.autocast = Autocast()
+        self.generators = Generators(tensors)
+        #: the modules the forward sweep calls, and their buffers before it
+        self.forward_buffers = Buffers()
+        self.touched = Buffers()  # the modules the backward calls
+        self.recording = True
+        self.reached = 0  # the segments the forward sweep has run
+
+    def run_segments(self, start: int, end: int) -> None:
+        """Segments ``start`` to ``end - 1`` from the live state, which they leave as the
+        input of segment ``end`` (under no_grad, the generators and buffers in place)."""
+        raise NotImplementedError
+
+    def advance(self, start: int, end: int) -> None:
+        if self.recording and start < self.reached < end:
+            self.advance(start, self.reached)
+            self.advance(self.reached, end)
+            return
+        # the forward sweep may run segments again (it split a call): their modules' buffers
+        # are put back after, as the backward's recomputations are
+        again = self.recording and start < self.reached
+        self.reached = max(self.reached, end)
+        generators, rng = self.generators, self.rng
+        # the generators are part of the state: a segment draws from its first state's
+        if rng is not None:
+            generators.set(rng)
+        elif self.recording and self.preserve_rng_state:
+            before = generators.get()
+        with contextlib.ExitStack() as stack:
+            if again:
+                stack.callback(stack.enter_context(Buffers()).restore)
+            elif self.recording:
+                stack.enter_context(self.forward_buffers)
+            stack.enter_context(self.autocast())
+            stack.enter_context(torch.no_grad())
+            self.run_segments(start, end)
+        if rng is not None:
+            rng.copy_(generators.get())
+        elif self.recording and self.preserve_rng_state \
+                and not torch.equal(before, generators.get()):
+            raise LateDraw(f"{self.unit} {self.starts[start]} to {self.starts[end] - 1}")
+
+    def end_forward(self) -> None:
+        """After the forward sweep: refuse a module that changed a buffer it may read."""
+        self.recording = False
+        self.forward_buffers.check(self.name)
+
+    def reverse_sweep(self) -> None:
+        """The checkpointer's reverse sweep, from the caller's generators and the modules'
+        buffers as the forward sweep left them, which it leaves as they were."""
+        with self.generators.fork(), Buffers() as self.touched:
+            try:
+                self.checkpointer.apply_reverse()
+            finally:
+                self.touched.restore()
+
+    def check_reached(self, s: int, roots: Sequence[torch.Tensor], known: set[int],
+                      stops: Set[Any], named: Iterable[tuple[str, torch.Tensor]],
+                      why: str) -> None:
+        """Raise UnlistedLeafError where autograd reaches from ``roots``, segment s's
+        recomputed outputs, a tensor that needs a gradient and is not ``known`` (nor behind
+        ``stops``): it would lose its gradient. The error names it (a parameter among
+        ``named``) and says ``why`` it is not differentiated."""
+        unlisted = reached_leaves(roots, known, stops)
+        if unlisted:
+            raise UnlistedLeafError(
+                f"{self.name}: {self.unit} {self.starts[s]} to {self.starts[s + 1] - 1} reach "
+                f"{describe_leaf(unlisted[0], named)}, which requires grad and {why}")
+
+    @contextlib.contextmanager
+    def recomputing(self) -> Iterator[None]:
+        """A segment run again for its backward: under enable_grad, autocast as it was, and the
+        generators as its first run found them (where they are checkpointed)."""
+        if self.rng is not None:
+            self.generators.set(self.rng)
+        with self.autocast(), torch.enable_grad():
+            yield
+
+
+def backward_through(outputs: list[torch.Tensor], seeds: list[torch.Tensor | None],
+                     wanted: Sequence[torch.Tensor],
+                     totals: Iterable[tuple[torch.Tensor, torch.Tensor | None]],
+                     differentiable: bool = True) -> Sequence[torch.Tensor | None]:
+    """The gradients of ``wanted`` in one backward through a recomputed segment, from the
+    ``outputs``' gradients ``seeds`` (None for each where nothing is ``differentiable``, or
+    nothing is wanted).
+
+    Each (parameter, sum so far) of ``totals`` enters the parameter's gradient first, through
+    an identity made last (autograd runs it first): the segment's parts are then added one by
+    one, in the order plain autograd adds them, so the sums are its own to the last bit.
+    """
+    for parameter, total in totals:
+        if total is not None:
+            outputs.append(parameter.view_as(parameter))
+            seeds.append(total)
+    if differentiable and outputs and wanted:
+        return torch.autograd.grad(outputs, wanted, seeds, allow_unused=True)
+    return [None] * len(wanted)
