@@ -189,9 +189,11 @@ class Transfers:
         host = time.perf_counter() - start
         check = self.verify and digest is not None
         linked, arrived = self.link.receive(buffer, size, check)
-        if check and (arrived if arrived is not None else self.link.checksum(out)) != digest:
+        got = (arrived if arrived is not None else self.link.checksum(out)) if check else digest
+        if got != digest:  # only the checksum of what was written is kept: not which bytes
             raise CorruptionError(
-                f"Level-2 read of u_{key} from {self.storage!r}: checksum mismatch "
-                f"({out.nbytes} bytes differ from what was written)"
+                f"Level-2 read of u_{key} from {self.storage!r}: checksum mismatch: the "
+                f"{out.nbytes} bytes read hash to {got:#x}, what was written to {digest:#x} "
+                f"(a corrupted or short read: one changed bit or more)"
             )
         self.counters.busy(False, host + linked)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -104,6 +105,24 @@ def test_corrupted_read_never_yields_an_adjoint(faulty, fault: str, at: int) -> 
     assert isinstance(info.value.__cause__, CorruptionError)
     # the reverse steps of the interval that needed the corrupted state never ran
     assert ckp.stats.reverse_steps < N
+    assert_clean(ckp, storage)
+
+
+def test_a_flipped_bit_is_reported_by_its_checksums_not_as_the_states_size_differing(
+        faulty) -> None:
+    # one bit flipped was "12288 bytes differ": the state's size, since only a checksum is kept
+    model = RecurrentCell(N)
+    storage = faulty(flip_get_at=1)
+    ckp = checkpointer(model, storage)
+    model.reset()
+    ckp.apply_forward()
+    with pytest.raises(TransferError) as info:
+        model.reset_adjoint()
+        ckp.apply_reverse()
+    message = str(info.value.__cause__)
+    assert "bytes differ" not in message
+    assert re.search(r"the \d+ bytes read hash to 0x[0-9a-f]+, what was written to 0x[0-9a-f]+",
+                     message), message
     assert_clean(ckp, storage)
 
 
