@@ -1,20 +1,22 @@
-"""The files of a run directory as a whole: whether a directory may take up a run, whether its
-manifest names this checkpointer's run, and the removal of a finished run's files (only those
-its manifest names, its states and its temporary: nothing else in the directory is touched)."""
+"""The files of a run directory as a whole: taking a directory up (locked, checked to be unused
+or to hold this checkpointer's run, the states its manifest names restored), and the removal of
+a finished run's files (only those its manifest names, its states and its temporary: nothing
+else in the directory is touched)."""
 from __future__ import annotations
 
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import StorageError, UsageError
 from ..storage.directories import make_private
-from ..storage.durable import STATES_FILE
+from ..storage.durable import STATES_FILE, DurableFileStorage
 from ..storage.rundir import (MANIFEST, REMOVING, TEMPORARY, DirectoryLock, fsync_directory,
                               lock_directory, named_files, read_manifest)
 
-__all__ = ["check_same_run", "check_unused", "finish_removal", "remove_run", "take_directory"]
+__all__ = ["FoundRun", "check_same_run", "check_unused", "find_run", "finish_removal",
+           "remove_run", "take_directory"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,55 @@ def take_directory(path: Path) -> DirectoryLock:
     elif not path.is_dir():
         raise UsageError(f"run_dir {str(path)!r} is not a directory")
     return lock_directory(path)
+
+
+class FoundRun(NamedTuple):
+    """What a run directory taken up holds (:func:`find_run`)."""
+
+    #: the manifest of the run to resume, or None for a fresh run
+    manifest: dict[str, Any] | None
+    #: the run's Level-2 (the checkpointer's parts close it)
+    storage: DurableFileStorage
+    #: the committed states: key -> (record, bytes, checksum)
+    states: dict[int, tuple[int, int, int]]
+
+    def resumed(self) -> dict[str, Any] | None:
+        """None for a fresh run, else where the run resumes: its sweep and step (a finished
+        run's reverse at 0 where its adjoint was committed, else at n: it runs again)."""
+        manifest = self.manifest
+        return None if manifest is None else {
+            "sweep": "reverse" if manifest["sweep"] == "done" else manifest["sweep"],
+            "step": manifest["step"],
+            "interval": manifest["plan"]["interval"], "states": len(self.states)}
+
+    def plan(self) -> tuple[int, int] | None:
+        """The plan (interval, Level-1 slots) a resumed run must follow: its states' steps."""
+        manifest = self.manifest
+        return None if manifest is None else (
+            manifest["plan"]["interval"], manifest["plan"]["l1_slots"])
+
+
+def find_run(path: Path, identity: dict[str, Any]) -> FoundRun:
+    """Take up the run in ``path`` (locked by :func:`take_directory`): the one its manifest
+    names, its states restored into the run's Level-2, else a fresh one."""
+    manifest = read_manifest(path)
+    if manifest is None:
+        check_unused(path)
+    else:
+        check_same_run(path, identity, manifest["run"])
+        if manifest["sweep"] == "forward" and not manifest["states"]:
+            manifest = None  # killed before its first commit: nothing to resume
+    storage = DurableFileStorage(path)
+    states: dict[int, tuple[int, int, int]] = {}
+    if manifest is not None:
+        states = {k: (r, b, d) for k, r, b, d in manifest["states"]}
+        try:
+            storage.restore(identity["nbytes"], {k: (r, b) for k, (r, b, _)
+                                                 in states.items()})
+        except BaseException:
+            storage.close()
+            raise
+    return FoundRun(manifest, storage, states)
 
 
 def check_unused(path: Path) -> None:
