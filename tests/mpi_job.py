@@ -19,7 +19,8 @@ Every rank owns its own part (a workload seeded by its rank) and checkpoints it 
 - ``random-failure SEED``: one rank, drawn from SEED, fails at a random step of either sweep (a
   Level-2 write or read, or its forward or reverse operator).
 - ``runs-differ``: the last rank's n_timesteps (or each rank's fixed interval) differs from the
-  others'; each rank reports what it raised.
+  others' (by one step beyond 2^53 too, which float64 words alone cannot tell apart); each rank
+  reports what it raised.
 """
 from __future__ import annotations
 
@@ -294,7 +295,8 @@ def runs_differ(root: Path) -> dict:
     seen = {}
     for name, n, interval, storage in (
             ("fixed", N + (RANK == SIZE - 1), 5, root), ("auto", N + (RANK == SIZE - 1), "auto", root),
-            ("level1", N + (RANK == SIZE - 1), 0, None), ("interval", N, 5 + RANK, root)):
+            ("level1", N + (RANK == SIZE - 1), 0, None), ("interval", N, 5 + RANK, root),
+            ("beyond-2^53", 2**53 + (RANK == SIZE - 1), 2**40, root)):
         model = RecurrentCell(N + 1, seed=RANK)
         try:
             with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3,

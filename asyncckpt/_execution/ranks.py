@@ -314,9 +314,13 @@ def agree_on_run(ranks: Ranks, n: int | None, interval: int | str, nbytes: int) 
     """Refuse, on every rank, ranks that would run different numbers of steps or intervals: one
     would finish while another waits in a collective the first never makes. States may differ
     in size (a domain decomposition's parts do); the plan made from them is agreed later."""
+    def exact(value: int) -> tuple[float, float]:  # two float64 words hold any int below 2^104
+        return float(value >> 52), float(value & (2**52 - 1))
+
     ranks.same("n_timesteps (-1: unknown) and interval (-1: 'auto', -2: 'adaptive')",
-               (-1.0 if n is None else float(n),
-                _INTERVAL_WORDS[interval] if isinstance(interval, str) else float(interval)),
+               (*((-1.0, -1.0) if n is None else exact(n)),
+                *((_INTERVAL_WORDS[interval], 0.0) if isinstance(interval, str)
+                  else exact(interval))),
                context=lambda: {"n_timesteps": n, "interval": interval, "state_bytes": nbytes})
 
 

@@ -185,7 +185,7 @@ def test_ranks_that_would_run_different_lengths_or_intervals_are_refused_on_ever
     refuses at construction, with the values each rank holds."""
     results = mpirun(ranks, "runs-differ", tmp_path)
     for result in results:
-        for name in ("fixed", "auto", "level1", "interval"):
+        for name in ("fixed", "auto", "level1", "interval", "beyond-2^53"):
             seen = result[name]
             assert seen["raised"] == "RankFailedError", (result["rank"], name, seen)
             assert "the ranks disagree on n_timesteps" in seen["message"], seen["message"]
