@@ -138,16 +138,8 @@ MEASURED_LINK = re.compile(r"\]\((?:docs/)?(?:benchmarks|results|measurements)\.
                            re.M)
 
 
-#: guide pages whose history is being moved out (a strict xfail: it fails once they are clean)
-PENDING = {"torch.md", "reliability.md", "resume.md"}
-
-
-def guide_pages() -> list:
-    return [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="history not moved yet"))
-            if p.name in PENDING else p for p in PAGES if p.name not in MEASURED]
-
-
-@pytest.mark.parametrize("page", guide_pages(), ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name not in MEASURED],
+                         ids=lambda p: p.name)
 def test_a_guide_page_holds_no_date_or_commit(page: Path) -> None:
     text = MEASURED_LINK.sub("", page.read_text())
     found = [(text.count("\n", 0, m.start()) + 1, m.group()) for m in
