@@ -1,4 +1,5 @@
-"""The storage conformance suite: check a Level-2 backend against the :class:`Storage` contract.
+"""The storage conformance suite: check a Level-2 backend against the contract of
+:class:`~asyncckpt.storage.Storage`.
 
 Subclass :class:`StorageTests` in a pytest module and override one method::
 
@@ -82,6 +83,7 @@ class StorageTests:
                     storage.close()
 
     def test_more_than_reserved(self, tmp_path: Path) -> None:
+        """More states than ``reserve`` announced are stored and read back whole."""
         storage = self._fresh(tmp_path)
         try:
             storage.reserve(5000, 2)
@@ -109,6 +111,7 @@ class StorageTests:
             storage.close()
 
     def test_delete_then_put_returns_the_new_bytes(self, tmp_path: Path) -> None:
+        """A key deleted and put again reads back the new bytes, never stale ones."""
         storage = self._fresh(tmp_path)
         try:
             for round_ in range(3):
@@ -123,6 +126,7 @@ class StorageTests:
             storage.close()
 
     def test_contains(self, tmp_path: Path) -> None:
+        """``in`` is true from a key's ``put`` to its ``delete``, and false for other keys."""
         storage = self._fresh(tmp_path)
         try:
             assert 4 not in storage
@@ -134,6 +138,8 @@ class StorageTests:
             storage.close()
 
     def test_missing_and_duplicate_keys_raise_key_errors(self, tmp_path: Path) -> None:
+        """``get`` or ``delete`` of a missing key, and ``put`` of a stored one, raise
+        :class:`~asyncckpt.StorageKeyError`; the refused put leaves the stored value."""
         storage = self._fresh(tmp_path)
         try:
             out = np.zeros(64, dtype=np.uint8)
@@ -149,6 +155,8 @@ class StorageTests:
             storage.close()
 
     def test_adopt_stores_the_buffer_and_returns_one_to_reuse(self, tmp_path: Path) -> None:
+        """``adopt`` stores the buffer's first bytes and returns a buffer the caller may write into
+        without changing what was stored."""
         storage = self._fresh(tmp_path)
         try:
             nbytes = 5000
@@ -165,12 +173,14 @@ class StorageTests:
             storage.close()
 
     def test_close_twice(self, tmp_path: Path) -> None:
+        """A second ``close`` does nothing."""
         storage = self._fresh(tmp_path)
         storage.put(1, _random(100, seed=1))
         storage.close()
         storage.close()
 
     def test_use_after_close_raises(self, tmp_path: Path) -> None:
+        """``put`` and ``get`` after ``close`` raise :class:`~asyncckpt.StorageError`."""
         storage = self._fresh(tmp_path)
         storage.put(1, _random(100, seed=1))
         storage.close()
@@ -178,6 +188,7 @@ class StorageTests:
         _raises(StorageError, storage.get, 1, np.zeros(100, dtype=np.uint8))
 
     def test_distinct_keys_from_several_threads(self, tmp_path: Path) -> None:
+        """Six threads putting, getting and deleting keys of their own at once lose or mix none."""
         storage = self._fresh(tmp_path)
         nbytes, threads, per_thread = 70_001, 6, 12
         failures: list[BaseException] = []

@@ -88,7 +88,8 @@ html_theme_options = {
 # only where the duplicated name is such a home, never a documented public name, so a name
 # documented twice still fails the build.
 REFERENCE_MODULES = ("asyncckpt", "asyncckpt.compat", "asyncckpt.torch", "asyncckpt.jax",
-                     "asyncckpt.storage", "schedules")
+                     "asyncckpt.storage", "asyncckpt.compression", "asyncckpt.testing",
+                     "schedules")
 
 
 def _documented_names() -> set[str]:

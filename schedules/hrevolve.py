@@ -280,6 +280,14 @@ class HRevolve:
         yield EndReverse()
 
     def get_config(self) -> dict[str, Any]:
+        """Return the constructor's arguments as a plain dict (JSON-ready).
+
+        Returns
+        -------
+        dict
+            ``name``, ``n_steps``, ``levels`` (each level's fields as a dict), ``forward_cost``,
+            ``reverse_cost`` and ``taping``.
+        """
         return {"name": "HRevolve", "n_steps": self.n_steps,
                 "levels": [vars(level).copy() for level in self.levels],
                 "forward_cost": self.forward_cost, "reverse_cost": self.reverse_cost,

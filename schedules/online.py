@@ -50,12 +50,50 @@ class EveryInterval:
         self._stop = stop
 
     def advance(self, t: int, last_store: int) -> int:
+        """Steps to the next interval start: ``interval`` after ``last_store`` (at least 1).
+
+        Parameters
+        ----------
+        t : int
+            The state just reached.
+        last_store : int
+            The latest state sent to Level-2.
+
+        Returns
+        -------
+        int
+            Steps to advance before the next question.
+        """
         return max(1, self.interval - (t - last_store))
 
     def store(self, t: int, last_store: int) -> bool:
+        """Whether u_t goes to Level-2: ``interval`` steps or more after ``last_store``.
+
+        Parameters
+        ----------
+        t : int
+            The state just reached.
+        last_store : int
+            The latest state sent to Level-2.
+
+        Returns
+        -------
+        bool
+        """
         return t - last_store >= self.interval
 
     def stop(self, t: int) -> bool:
+        """Whether the forward sweep ends at u_t: what ``stop(t)`` says (never, without one).
+
+        Parameters
+        ----------
+        t : int
+            The state just reached.
+
+        Returns
+        -------
+        bool
+        """
         return self._stop is not None and bool(self._stop(t))
 
 
@@ -75,12 +113,50 @@ class Replay:
             check_int("pauses[]", p, 1, self.n_steps) for p in pauses) | {self.n_steps})
 
     def advance(self, t: int, last_store: int) -> int:
+        """Steps from u_t to the end of the run's next advance (its next pause, or u_n).
+
+        Parameters
+        ----------
+        t : int
+            The state just reached.
+        last_store : int
+            The latest state sent to Level-2 (the replay does not need it).
+
+        Returns
+        -------
+        int
+            Steps to advance before the next question.
+        """
         return self._pauses[bisect.bisect_right(self._pauses, t)] - t
 
     def store(self, t: int, last_store: int) -> bool:
+        """Whether the run stored u_t on Level-2.
+
+        Parameters
+        ----------
+        t : int
+            The state just reached.
+        last_store : int
+            The latest state sent to Level-2 (the replay does not need it).
+
+        Returns
+        -------
+        bool
+        """
         return t in self._stored
 
     def stop(self, t: int) -> bool:
+        """Whether u_t is the run's u_n: the forward sweep ends there.
+
+        Parameters
+        ----------
+        t : int
+            The state just reached.
+
+        Returns
+        -------
+        bool
+        """
         return t >= self.n_steps
 
 

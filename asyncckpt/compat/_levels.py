@@ -221,6 +221,7 @@ class MultiLevelRevolver(_LeveledRevolver):
 
     @property
     def n_checkpoints(self) -> int:
+        """The slots of all levels together (each storage's ``nckp``)."""
         return sum(storage.nckp for storage in self.storage_list)
 
     @property

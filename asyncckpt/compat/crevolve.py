@@ -77,22 +77,27 @@ class CRevolve:
 
     @property
     def capo(self) -> int:
+        """The step the state reaches after the last action (or the step of the slot it used)."""
         return self._revolve.capo
 
     @property
     def oldcapo(self) -> int:
+        """The step the state was at before the last action (an advance runs oldcapo to capo)."""
         return self._revolve.oldcapo
 
     @property
     def check(self) -> int:
+        """The slot the last store or restore used (-1 before the first store)."""
         return self._revolve.check
 
     @property
     def fine(self) -> int:
+        """The end of what is left to reverse: the adjoint steps before ``fine`` are still due."""
         return self._revolve.fine
 
     @property
     def advances(self) -> int:
+        """Forward steps advanced so far, recomputations included."""
         return self._revolve.advances
 
     @property

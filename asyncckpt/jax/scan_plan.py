@@ -66,6 +66,7 @@ class Plan:
 
     @property
     def segments(self) -> int:
+        """Segments of the scan: the full ones and the shorter last one where there is one."""
         return self.full + (1 if self.rest else 0)
 
 
