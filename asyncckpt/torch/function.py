@@ -6,7 +6,9 @@ from typing import Any, Protocol
 
 import torch
 
+from ..errors import UsageError
 from ..stats import Stats
+from .preserve import differentiable
 
 __all__ = ["Checkpointed", "ForwardOperator", "ReverseOperator", "Run", "apply_checkpointed",
            "last_stats"]
@@ -74,7 +76,7 @@ class Checkpointed(torch.autograd.Function):
             run.checkpointer.close()
             raise
         ctx.run, ctx.name = run, run.name
-        ctx.mark_non_differentiable(*(t for t in outputs if not t.is_floating_point()))
+        ctx.mark_non_differentiable(*(t for t in outputs if not differentiable(t.dtype)))
         return outputs
 
     @staticmethod
@@ -85,11 +87,40 @@ class Checkpointed(torch.autograd.Function):
                                "checkpoints were freed after the first backward (call it again "
                                "for another backward pass)")
         ctx.run = None
+        # autograd runs a backward under grad mode where it builds the graph of the gradients
+        # (create_graph=True): the reverse sweep's are first derivatives only
+        create_graph = torch.is_grad_enabled()
         try:
-            return (None, *run.backward(grads))
+            with torch.no_grad():
+                got = run.backward(grads)
         finally:
             run.checkpointer.close()
             record_stats(run.checkpointer.stats)
+        if create_graph:
+            # each a leaf that requires grad, so that the node is recorded whatever they are
+            got = SecondDerivative.apply(run.name, *(
+                g if g is None else g.detach().requires_grad_() for g in got))
+        return (None, *got)
+
+
+class SecondDerivative(torch.autograd.Function):
+    """The gradients of a run's inputs where autograd builds their graph (``create_graph``):
+    what differentiates them again reaches this node, which refuses (the reverse sweep
+    computes first derivatives only), where it would otherwise take them for constants."""
+
+    @staticmethod
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        ctx, name, *grads = args  # torch's signature: (ctx, *inputs)
+        ctx.name = name
+        return tuple(g if g is None else g.detach() for g in grads)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
+        raise UsageError(
+            f"{ctx.name} computes first derivatives only: a second derivative through it "
+            "(torch.autograd.grad(..., create_graph=True), then a backward of those gradients) "
+            f"would leave out {ctx.name}'s part; differentiate twice without {ctx.name} (plain "
+            "autograd, or torch.utils.checkpoint.checkpoint(use_reentrant=False))")
 
 
 def apply_checkpointed(run: Any, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:

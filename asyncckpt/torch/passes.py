@@ -13,7 +13,7 @@ import torch
 
 from ..errors import InvalidTypeError
 
-from .preserve import Buffers, Generators, reached_leaves
+from .preserve import Buffers, Generators, differentiable, reached_leaves
 
 __all__ = ["PASSES", "Passes", "activation_shapes", "meta_pass"]
 
@@ -36,7 +36,7 @@ def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[
 
     shapes = [(input.shape, input.dtype)]
     graph: list[int | None] = []
-    x = input.detach().to("meta").requires_grad_(input.is_floating_point())
+    x = input.detach().to("meta").requires_grad_(differentiable(input.dtype))
     real: torch.Tensor | None = None
     parameters: dict[int, torch.Tensor] = {}  # held, so that no later tensor takes an id
     saved: dict[int, torch.Tensor] = {}  # the tensors held, so ids stay theirs
@@ -75,7 +75,7 @@ def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[
                     finally:
                         touched.restore()
         if real is not None:
-            inputs = real.detach().requires_grad_(real.is_floating_point())
+            inputs = real.detach().requires_grad_(differentiable(real.dtype))
             with generators.fork(), Buffers() as touched, torch.enable_grad():
                 try:
                     x = layer(inputs)

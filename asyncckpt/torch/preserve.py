@@ -19,7 +19,12 @@ import torch
 from ..errors import InvalidValueError
 
 __all__ = ["Autocast", "Buffers", "Generators", "LateDraw", "UnlistedLeafError",
-           "describe_leaf", "reached_leaves"]
+           "describe_leaf", "differentiable", "outside_nodes", "reached_leaves"]
+
+
+def differentiable(dtype: torch.dtype) -> bool:
+    """Whether tensors of ``dtype`` carry gradients (floating and complex, as autograd says)."""
+    return dtype.is_floating_point or dtype.is_complex
 
 
 class LateDraw(Exception):
@@ -103,20 +108,23 @@ STATISTICS = (torch.nn.modules.batchnorm._NormBase,)
 
 
 class Buffers:
-    """While entered, the modules this thread calls and their own buffers as they were when
-    each was first called (a global forward pre-hook; modules of other threads are not seen).
+    """While entered, the modules this thread calls, their training mode and their own buffers
+    as they were when each was first called (a global forward pre-hook; modules of other
+    threads are not seen).
 
     :meth:`restore` puts those values back; :meth:`check` refuses a module whose forward changed
-    a buffer its outputs may read.
+    a buffer its outputs may read; :meth:`modes` runs code with the modes recorded.
     """
 
     def __init__(self) -> None:
         self.modules: dict[int, tuple[torch.nn.Module, dict[str, torch.Tensor]]] = {}
+        self.training: dict[int, bool] = {}
         self._thread = threading.get_ident()
         self._handle: Any = None
 
     def _seen(self, module: torch.nn.Module, args: Any) -> None:
         if id(module) not in self.modules and threading.get_ident() == self._thread:
+            self.training[id(module)] = module.training
             self.modules[id(module)] = (module, {
                 name: buffer.detach().clone()
                 for name, buffer in module.named_buffers(recurse=False) if buffer is not None})
@@ -161,6 +169,19 @@ class Buffers:
                     if now is not None and now.shape == before.shape:
                         now.copy_(before)
 
+    @contextlib.contextmanager
+    def modes(self) -> Iterator[None]:
+        """Each module seen in the training mode of its first call (dropout, BatchNorm's
+        statistics), whatever the caller switched since; the caller's modes again on exit."""
+        now = [(module, module.training) for module, _ in self.modules.values()]
+        try:
+            for key, (module, _) in self.modules.items():
+                module.training = self.training[key]
+            yield
+        finally:
+            for module, training in now:
+                module.training = training
+
     def named(self) -> Iterator[tuple[str, torch.Tensor]]:
         """``Class.name`` and each parameter of the modules seen."""
         for module, _ in self.modules.values():
@@ -174,7 +195,10 @@ def reached_leaves(roots: Sequence[torch.Tensor], known: set[int],
     those whose ids are in ``known``, in the order first reached: the ``.variable`` of each
     AccumulateGrad node of their graph; the walk stops at those and at the nodes in ``stops``
     (the ``grad_fn`` of tensors computed outside, differentiated as they are)."""
-    stack = [r.grad_fn for r in roots if r.grad_fn is not None]
+    return _walk([r.grad_fn for r in roots if r.grad_fn is not None], known, stops)
+
+
+def _walk(stack: list[Any], known: set[int], stops: Set[Any]) -> list[torch.Tensor]:
     seen: set[Any] = set()
     found: list[torch.Tensor] = []
     while stack:
@@ -190,6 +214,26 @@ def reached_leaves(roots: Sequence[torch.Tensor], known: set[int],
         for successor, _ in node.next_functions:
             if successor is not None and successor not in seen:
                 stack.append(successor)
+    return found
+
+
+def outside_nodes(roots: Sequence[torch.Tensor], first: int, stops: Set[Any]
+                  ) -> list[tuple[Any, list[torch.Tensor]]]:
+    """The nodes of ``roots``' graph made before node number ``first`` (a tensor computed
+    outside the code that made ``roots``, in this thread: ``W = A @ B`` before a scan), other
+    than ``stops``, each with the leaves needing a gradient behind it."""
+    stack = [r.grad_fn for r in roots if r.grad_fn is not None]
+    seen: set[Any] = set()
+    found = []
+    while stack:
+        node = stack.pop()
+        if node in seen or node in stops or getattr(node, "variable", None) is not None:
+            continue
+        seen.add(node)
+        if node._sequence_nr() < first:
+            found.append((node, _walk([node], set(), frozenset())))
+            continue
+        stack.extend(successor for successor, _ in node.next_functions if successor is not None)
     return found
 
 

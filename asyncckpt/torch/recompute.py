@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..errors import UsageError
 from .preserve import (Autocast, Buffers, Generators, LateDraw, UnlistedLeafError,
                        describe_leaf, reached_leaves)
 
@@ -50,6 +51,8 @@ class SegmentedRun:
         self.touched = Buffers()  # the modules the backward calls
         self.recording = True
         self.reached = 0  # the segments the forward sweep has run
+        #: what the backward reads again, with its version at the end of the forward sweep
+        self.versions: list[tuple[str | None, torch.Tensor, int]] = []
 
     def run_segments(self, start: int, end: int) -> None:
         """Segments ``start`` to ``end - 1`` from the live state, which they leave as the
@@ -85,15 +88,39 @@ class SegmentedRun:
                 and not torch.equal(before, generators.get()):
             raise LateDraw(f"{self.unit} {self.starts[start]} to {self.starts[end] - 1}")
 
+    def read_again(self) -> list[tuple[str | None, torch.Tensor]]:
+        """The tensors the backward's recomputations read as they are then (not copied in the
+        forward sweep), each with its name for errors (None: a parameter, named by its
+        module)."""
+        raise NotImplementedError
+
     def end_forward(self) -> None:
-        """After the forward sweep: refuse a module that changed a buffer it may read."""
+        """After the forward sweep: refuse a module that changed a buffer it may read; note
+        the version of what the backward reads again."""
         self.recording = False
         self.forward_buffers.check(self.name)
+        self.versions = [(what, t, t._version) for what, t in self.read_again()
+                         if not t.is_inference()]
+
+    def check_versions(self) -> None:
+        """Raise UsageError naming a tensor the backward reads again that was modified in
+        place since the forward sweep (as autograd refuses a saved tensor's)."""
+        for what, tensor, version in self.versions:
+            if tensor._version != version:
+                what = what or describe_leaf(tensor, self.forward_buffers.named())
+                raise UsageError(
+                    f"{self.name}: {what} was modified in place after the forward (its version "
+                    f"{version} then, {tensor._version} now); the backward recomputes the "
+                    f"{self.unit} from it, and would differentiate other values than the "
+                    "forward's (plain autograd refuses the same): run the backward before "
+                    "changing it, or change a copy")
 
     def reverse_sweep(self) -> None:
         """The checkpointer's reverse sweep, from the caller's generators and the modules'
-        buffers as the forward sweep left them, which it leaves as they were."""
-        with self.generators.fork(), Buffers() as self.touched:
+        buffers as the forward sweep left them, which it leaves as they were; each module in
+        the training mode the forward sweep found it in, which it puts back after."""
+        self.check_versions()
+        with self.generators.fork(), self.forward_buffers.modes(), Buffers() as self.touched:
             try:
                 self.checkpointer.apply_reverse()
             finally:

@@ -13,7 +13,7 @@ from ..errors import InvalidTypeError, InvalidValueError
 from ..planning import scan_length
 
 from .function import ForwardOperator, ReverseOperator, apply_checkpointed
-from .preserve import LateDraw
+from .preserve import LateDraw, describe_leaf, differentiable
 from .recompute import SegmentedRun, backward_through
 from .segments import SCAN_CHECKPOINTS_SHARE, graph_share, in_segments, segment_starts
 from .steps import Step
@@ -44,7 +44,7 @@ class ScanRun(SegmentedRun):
         self.ys: list[torch.Tensor] | None = None
         super().__init__([*carry, *xs, *(params or ())], preserve_rng_state)
         # self.named: the parameters of the modules step 0 calls, by name, for errors
-        graph, self.params, drew, self.named = self.step.probe(
+        graph, self.params, drew, self.named, outside = self.step.probe(
             carry, params, self.generators, self.autocast, self.name)
         self.step_graph_bytes = graph
         self.param_ids = {id(p) for p in self.params if p.grad_fn is None}
@@ -64,15 +64,33 @@ class ScanRun(SegmentedRun):
         # a step's graph, measured on step 0, where the budget bounds a segment's
         graph = 1 if most is None or segments is not None else max(graph, 1)
         self.starts = segment_starts([graph] * n, segments, most)
+        if outside and len(self.starts) > 2:
+            self.refuse_outside(*outside[0])
         self.checkpointer = AsyncCheckpointer(
             self.live, ForwardOperator(self), ReverseOperator(self), len(self.starts) - 1,
             taping=False, **in_segments(options, len(self.starts) - 1))
+
+    def refuse_outside(self, node: Any, behind: Sequence[torch.Tensor]) -> None:
+        """Raise InvalidValueError for a tensor computed outside the steps that needs a
+        gradient (by ``node``, from the leaves ``behind`` it): each segment's backward would
+        go through its graph, which autograd frees after the first."""
+        leaf = f" from {describe_leaf(behind[0], self.named)}" if behind else ""
+        raise InvalidValueError(
+            f"{self.name}: step 0 reaches a tensor computed outside the steps that needs a "
+            f"gradient (made by {node.name()}{leaf}), and each of the {len(self.starts) - 1} "
+            "segments' backwards would go through the graph that made it: pass that tensor in "
+            "params= with the other tensors the steps reach (it is differentiated as an "
+            "input, its gradient flowing on through that graph once), or compute it in the step")
+
+    def read_again(self) -> list[tuple[str | None, torch.Tensor]]:
+        return [*((f"xs leaf {j}", x) for j, x in enumerate(self.xs)),
+                *((None, p) for p in self.params)]
 
     def forward_outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """After the forward sweep: the final carry and the stacked outputs."""
         self.end_forward()
         nc = len(self.live.tensors)
-        self.carry_needs_grad = [leaf.requires_grad and leaf.is_floating_point()
+        self.carry_needs_grad = [leaf.requires_grad and differentiable(leaf.dtype)
                                  for leaf in inputs[:nc]]
         return tuple([t.clone() for t in self.live.tensors] + list(self.ys or []))
 
@@ -120,8 +138,8 @@ class ScanRun(SegmentedRun):
         backward through them into the carry's, ``xs``'s and the parameters' adjoints."""
         begin, end = self.starts[s], self.starts[s + 1]
         with self.recomputing():
-            # every floating leaf: carries after u_0 depend on xs and the parameters
-            inputs = [leaf.detach().requires_grad_(leaf.is_floating_point())
+            # every floating or complex leaf: carries after u_0 depend on xs and the parameters
+            inputs = [leaf.detach().requires_grad_(differentiable(leaf.dtype))
                       for leaf in self.live.tensors]
             carry, outputs, x_leaves = inputs, [], []
             seeds: list[torch.Tensor | None] = []
@@ -193,7 +211,7 @@ def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs:
         The tensors to differentiate beside ``carry`` and ``xs``; default: every tensor that
         needs a gradient autograd reaches in step 0's graph (step 0 run once more). A step
         that reaches another one raises UnlistedLeafError naming it, at step 0 or in the
-        backward.
+        backward. A tensor computed outside the steps (``W = A @ B``) goes here itself.
     segments : int, optional
         The steps are cut into segments of consecutive steps, each a step of asyncckpt (its
         first carry the state checkpointed); the backward runs a segment's steps again under
@@ -223,7 +241,8 @@ def checkpoint_scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs:
         A leaf that is not a tensor, ``xs`` of different lengths, a step whose carry changes
         structure, shape, dtype or device (naming the step); a module whose forward changes
         a buffer its outputs may read (naming it); UnlistedLeafError, a tensor that needs a
-        gradient which the steps reach and ``params`` leaves out.
+        gradient which the steps reach and ``params`` leaves out. UsageError, in the backward:
+        ``xs`` or a parameter modified in place since the forward, a second derivative.
     """
     carry_leaves, carry_spec = leaves(carry, "carry")
     if not carry_leaves:

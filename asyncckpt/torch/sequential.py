@@ -11,7 +11,7 @@ from ..errors import InvalidTypeError, InvalidValueError
 
 from .function import ForwardOperator, ReverseOperator, apply_checkpointed
 from .passes import PASSES, Passes, meta_pass
-from .preserve import LateDraw, UnlistedLeafError
+from .preserve import LateDraw, UnlistedLeafError, differentiable
 from .recompute import SegmentedRun, backward_through
 from .segments import STACK_CHECKPOINTS_SHARE, graph_share, in_segments, segment_starts
 
@@ -110,7 +110,7 @@ class SequentialRun(SegmentedRun):
             self.view(s + 1).copy_(output)
 
     def reverse(self, s: int) -> None:
-        floating = self.shapes[self.starts[s]][1].is_floating_point
+        floating = differentiable(self.shapes[self.starts[s]][1])
         with self.recomputing():
             inputs = self.view(s).detach().requires_grad_(floating)
             output = self.segment(s, inputs)
@@ -128,6 +128,9 @@ class SequentialRun(SegmentedRun):
         for parameter, grad in zip(self.params[s], got[1:] if floating else got):
             if grad is not None:
                 self.grad_params[self.index[id(parameter)]] = grad
+
+    def read_again(self) -> list[tuple[str | None, torch.Tensor]]:
+        return [(None, p) for p in self.flat_params]
 
     def forward_outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         self.end_forward()

@@ -13,7 +13,7 @@ from torch.utils import _pytree as pytree
 from ..errors import InvalidTypeError, InvalidValueError
 
 from .preserve import (Autocast, Buffers, Generators, UnlistedLeafError, describe_leaf,
-                       reached_leaves)
+                       differentiable, outside_nodes, reached_leaves)
 from .trees import UNSET, Tree, leaves
 
 __all__ = ["Step"]
@@ -87,13 +87,16 @@ class Step:
 
     def probe(self, carry: Sequence[torch.Tensor], params: Sequence[torch.Tensor] | None,
               generators: Generators, autocast: Autocast, name: str
-              ) -> tuple[int, list[torch.Tensor], bool, list[tuple[str, torch.Tensor]]]:
+              ) -> tuple[int, list[torch.Tensor], bool, list[tuple[str, torch.Tensor]],
+                         list[tuple[Any, list[torch.Tensor]]]]:
         """Step 0 run once more under enable_grad (and ``autocast``), from u_0, its graph let
         go and nothing it changes kept (``generators``, buffers): the bytes its graph keeps for
         the backward (the tensors autograd saves, each storage once; not the carry, ``xs`` or
         the parameters), the tensors that need a gradient it reaches (``params``, or those
         autograd finds in its graph), whether it draws random numbers, and the parameters of
-        the modules it calls, by name (for errors).
+        the modules it calls, by name (for errors), and the nodes its graph reaches that were
+        made before it (tensors computed outside the step, not in ``params``) with the leaves
+        behind each.
 
         Raises
         ------
@@ -102,7 +105,7 @@ class Step:
         InvalidValueError
             A module step 0 calls changes a buffer its outputs may read.
         """
-        inputs = [leaf.detach().requires_grad_(leaf.is_floating_point()) for leaf in carry]
+        inputs = [leaf.detach().requires_grad_(differentiable(leaf.dtype)) for leaf in carry]
         x = self.x(0, grad=True)
         x_leaves = self.x_leaves(x)
         saved: dict[int, int] = {}
@@ -117,12 +120,16 @@ class Step:
         with generators.fork(), Buffers() as touched:
             try:
                 before = generators.get()
+                with torch.enable_grad():  # the number the first node of step 0 takes
+                    first = torch.zeros(1, requires_grad=True).view(1).grad_fn
                 with autocast(), torch.enable_grad(), \
                         torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                     new, y = self(0, self.carry_tree.unflatten(inputs), x)
                 drew = not torch.equal(before, generators.get())
                 touched.check(f"{name}: step 0")
-                found = reached_leaves([t for t in [*new, *y] if t.requires_grad], known, stops)
+                roots = [t for t in [*new, *y] if t.requires_grad]
+                found = reached_leaves(roots, known, stops)
+                outside = outside_nodes(roots, first._sequence_nr() + 1 if first else 0, stops)
             finally:
                 touched.restore()
         named = list(touched.named())
@@ -134,4 +141,5 @@ class Step:
                 f"requires grad and is not in params= ({len(params)} tensors); add it, or leave "
                 "params=None to differentiate every tensor autograd finds")
         held = {t.untyped_storage().data_ptr() for t in [*carry, *self.xs_data, *params]}
-        return sum(b for ptr, b in saved.items() if ptr not in held), list(params), drew, named
+        return (sum(b for ptr, b in saved.items() if ptr not in held), list(params), drew, named,
+                outside)

@@ -115,6 +115,15 @@ def saved_bytes(run: Callable[[], object], outside: Sequence[torch.Tensor]) -> i
     return sum(saved.values())
 
 
+def numpy_has(dtype: torch.dtype) -> bool:
+    """Whether a CPU tensor of ``dtype`` has a numpy view (not bfloat16, nor complex32)."""
+    try:
+        torch.empty(0, dtype=dtype).numpy()
+    except TypeError:
+        return False
+    return True
+
+
 class Live:
     """The carry asyncckpt checkpoints, and its checkpoint descriptor: tensors this module owns,
     seen by the checkpointer as numpy views (host memory) or as the tensors themselves (a CUDA
@@ -123,7 +132,9 @@ class Live:
     def __init__(self, leaves: Sequence[torch.Tensor], extra_bytes: int = 0) -> None:
         self.tensors = [leaf.detach().clone().contiguous() for leaf in leaves]
         dtypes = {t.dtype for t in self.tensors}
-        self.as_bytes = len(dtypes) > 1
+        on_device = any(t.device.type != "cpu" for t in self.tensors)
+        # as bytes where numpy has no such dtype (bfloat16) as where the dtypes differ
+        self.as_bytes = len(dtypes) > 1 or (not on_device and not all(map(numpy_has, dtypes)))
         views = [t.reshape(-1).view(torch.uint8) if self.as_bytes else t.reshape(-1)
                  for t in self.tensors]
         #: ``extra_bytes`` checkpointed with the carry (the random generators' state), as
@@ -135,7 +146,6 @@ class Live:
                                  device=self.tensors[0].device)
             self.extra = padded[:extra_bytes]
             views.append(padded.view(views[0].dtype))
-        on_device = any(t.device.type != "cpu" for t in self.tensors)
         self.arrays: list[Any] = views if on_device else [v.numpy() for v in views]
         self.dtype = torch.uint8 if self.as_bytes else self.tensors[0].dtype
         self.size = sum(v.numel() for v in views)

@@ -1,7 +1,7 @@
 """The adapter profile of the attack suite: random steps for ``checkpoint_scan`` and random
 stacks for ``checkpoint_sequential``, drawn from dropout, noise drawn by the step, parameters
-reached through nested helpers, BatchNorm in training mode and carries of mixed dtypes, under
-random plans (segments, slots, intervals, budgets). Every gradient, every buffer and the random
+reached through nested helpers, BatchNorm in training mode, carries of mixed dtypes and
+modules switched to eval mode between the forward and the backward, under random plans (segments, slots, intervals, budgets). Every gradient, every buffer and the random
 generator after forward+backward must equal plain autograd's with the same seed, bit for bit,
 or the call raise a clear error.
 
@@ -40,14 +40,22 @@ PLANS = st.one_of(
                            "interval": st.integers(1, 4)}),
     st.fixed_dictionaries({"memory_budget": st.sampled_from(["16KiB", "64KiB", "1MiB"])}))
 
-FEATURES = ("dropout", "noise", "helpers", "batchnorm", "mixed")
+FEATURES = ("dropout", "noise", "helpers", "batchnorm", "mixed", "eval")
 
 
-def gradients(loss_of, tensors, modules, seed):
+def gradients(loss_of, tensors, modules, seed, switch=()):
+    """After one forward+backward from ``seed``, the modules of ``switch`` put in eval mode
+    between the two (the backward recomputes as the forward ran) and back in training mode
+    after."""
     for t in tensors:
         t.grad = None
     torch.manual_seed(seed)
-    loss_of().backward()
+    loss = loss_of()
+    for m in switch:
+        m.eval()
+    loss.backward()
+    for m in switch:
+        m.train()
     return ([None if t.grad is None else t.grad.clone() for t in tensors],
             [b.clone() for m in modules for b in m.buffers()], torch.get_rng_state())
 
@@ -127,9 +135,10 @@ def test_scan_is_autograd_bit_for_bit(drawn):
         return go
 
     state = [b.clone() for b in norm.buffers()]
-    ours = gradients(loss_of(True), tensors, [norm], seed)
+    switch = [lin, out, norm, drop] if "eval" in features else []
+    ours = gradients(loss_of(True), tensors, [norm], seed, switch)
     reset([norm], state)
-    same(ours, gradients(loss_of(False), tensors, [norm], seed))
+    same(ours, gradients(loss_of(False), tensors, [norm], seed, switch))
 
 
 @st.composite
@@ -137,14 +146,15 @@ def stacks(draw):
     width = draw(st.integers(2, 6))
     kinds = draw(st.lists(st.sampled_from(["linear", "tanh", "dropout", "noise", "batchnorm",
                                            "helper", "double"]), min_size=1, max_size=30))
-    return kinds, width, draw(st.integers(2, 5)), draw(PLANS), draw(st.integers(0, 2**16))
+    return (kinds, width, draw(st.integers(2, 5)), draw(PLANS), draw(st.integers(0, 2**16)),
+            draw(st.booleans()))
 
 
 @profile(EXAMPLES, VARIABLE)
 @given(stacks())
 def test_sequential_is_autograd_bit_for_bit(drawn):
-    kinds, width, batch, plan, seed = drawn
-    note(f"kinds={kinds} width={width} batch={batch} plan={plan}")
+    kinds, width, batch, plan, seed, switched = drawn
+    note(f"kinds={kinds} width={width} batch={batch} plan={plan} eval={switched}")
     torch.manual_seed(seed)
     shared = torch.nn.Linear(width, width)  # reached by a callable through a helper
 
@@ -171,7 +181,8 @@ def test_sequential_is_autograd_bit_for_bit(drawn):
         return y.square().sum()
 
     state = [b.clone() for m in modules for b in m.buffers()]
+    switch = [m for m in [*layers, shared] if isinstance(m, torch.nn.Module)] if switched else []
     ours = gradients(lambda: checkpoint_sequential(layers, x, **plan).square().sum(), tensors,
-                     modules, seed)
+                     modules, seed, switch)
     reset(modules, state)
-    same(ours, gradients(plain, tensors, modules, seed))
+    same(ours, gradients(plain, tensors, modules, seed, switch))

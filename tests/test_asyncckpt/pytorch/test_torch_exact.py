@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from asyncckpt.errors import InvalidValueError  # noqa: E402
+from asyncckpt.errors import InvalidValueError, UsageError  # noqa: E402
 from asyncckpt.torch import checkpoint_scan, checkpoint_sequential  # noqa: E402
 from asyncckpt.torch.preserve import UnlistedLeafError  # noqa: E402
 
@@ -286,3 +286,180 @@ def test_sequential_callable_reaching_a_module_through_a_helper():
                       [*lin.parameters()])
     reference, _, _ = run(lambda: layers[2](layers[1](layers[0](x))).sum(), [*lin.parameters()])
     assert all(a is not None and torch.equal(a, b) for a, b in zip(grads, reference))
+
+
+def test_a_second_derivative_through_the_adapters_is_refused_by_name():
+    torch.manual_seed(12)
+    lin = torch.nn.Linear(4, 4).double()
+    xs = torch.randn(8, 2, 4, dtype=torch.float64)
+
+    def step(h, x):
+        return torch.tanh(lin(h) + x), None
+
+    h, _ = checkpoint_scan(step, torch.ones(2, 4, dtype=torch.float64), xs, segments=2)
+    cube = lin.weight.pow(3).sum()  # a part outside, whose second derivative autograd has
+    (g,) = torch.autograd.grad(h.pow(2).sum() + cube, [lin.weight], create_graph=True)
+    with pytest.raises(UsageError, match=r"checkpoint_scan computes first derivatives only"):
+        g.pow(2).sum().backward()
+    # the first derivative is autograd's, create_graph or not
+    h, _ = checkpoint_scan(step, torch.ones(2, 4, dtype=torch.float64), xs, segments=2)
+    (g,) = torch.autograd.grad(h.pow(2).sum(), [lin.weight], create_graph=True)
+    y = torch.ones(2, 4, dtype=torch.float64)
+    for t in range(8):
+        y, _ = step(y, xs[t])
+    (reference,) = torch.autograd.grad(y.pow(2).sum(), [lin.weight])
+    assert torch.equal(g.detach(), reference)
+    # where only parameters carry the second derivative: the seed needs no gradient
+    layers = [torch.nn.Linear(4, 4).double(), torch.nn.Tanh(), torch.nn.Linear(4, 4).double()]
+    out = checkpoint_sequential(layers, torch.randn(2, 4, dtype=torch.float64), segments=2)
+    (g,) = torch.autograd.grad(out.sum(), [layers[0].weight], create_graph=True)
+    with pytest.raises(UsageError, match=r"checkpoint_sequential computes first derivatives"):
+        g.pow(2).sum().backward()
+
+
+def between(forward, change, backward):
+    """``backward(forward())`` with ``change()`` between, the loss's gradients returned."""
+    loss = forward()
+    change()
+    return backward(loss)
+
+
+@pytest.mark.parametrize("layer", ["dropout", "batchnorm"])
+def test_modules_switched_to_eval_before_the_backward_recompute_as_the_forward_ran(layer):
+    def model():
+        torch.manual_seed(13)
+        lin = torch.nn.Linear(5, 5)
+        return torch.nn.Sequential(lin, torch.nn.Dropout(0.3) if layer == "dropout"
+                                   else torch.nn.BatchNorm1d(5))
+
+    def outcome(scan, stack):
+        m = model()
+        xs = torch.randn(12, 4, 5)
+        step = lambda h, x: (torch.tanh(m(h) + x), None)  # noqa: E731
+        torch.manual_seed(14)
+
+        def forward():
+            if stack:
+                layers = [m, torch.nn.Tanh(), m, torch.nn.Tanh(), m]
+                if scan:
+                    return checkpoint_sequential(layers, xs[0], segments=5).square().sum()
+                y = xs[0]
+                for f in layers:
+                    y = f(y)
+                return y.square().sum()
+            h = torch.ones(4, 5)
+            if scan:
+                h, _ = checkpoint_scan(step, h, xs, segments=4)
+            else:
+                for t in range(12):
+                    h, _ = step(h, xs[t])
+            return h.square().sum()
+
+        def backward(loss):
+            loss.backward()
+            assert not any(module.training for module in m.modules())  # the caller's modes
+            return [p.grad for p in m.parameters()] + list(m.buffers())
+
+        return between(forward, m.eval, backward)
+
+    for stack in (False, True):
+        ours, reference = outcome(True, stack), outcome(False, stack)
+        assert all(torch.equal(a, b) for a, b in zip(ours, reference))
+
+
+def test_complex_carries_and_layers_get_autograds_gradients():
+    def weights():
+        torch.manual_seed(15)
+        return torch.randn(5, 5, dtype=torch.complex128, requires_grad=True)
+
+    xs = torch.randn(10, 5, dtype=torch.complex128)
+
+    def gradient(scan, through_carry):
+        w = weights()
+        step = lambda h, x: (torch.tanh(h @ w * 0.3 + x), (h.abs() ** 2).sum())  # noqa: E731
+        h = torch.ones(5, dtype=torch.complex128)
+        if scan:
+            h, ys = checkpoint_scan(step, h, xs, segments=5)
+        else:
+            steps = []
+            for t in range(10):
+                h, y = step(h, xs[t])
+                steps.append(y)
+            ys = torch.stack(steps)
+        ((h.abs() ** 2).sum() if through_carry else ys.sum()).backward()
+        return w.grad
+
+    for through_carry in (False, True):
+        assert torch.equal(gradient(True, through_carry), gradient(False, through_carry))
+
+    def stack_gradients(checkpointed):
+        torch.manual_seed(16)
+        layers = [torch.nn.Linear(4, 4, dtype=torch.complex128) for _ in range(4)]
+        x = torch.randn(3, 4, dtype=torch.complex128, requires_grad=True)
+        y = checkpoint_sequential(layers, x, segments=2) if checkpointed else \
+            layers[3](layers[2](layers[1](layers[0](x))))
+        (y.abs() ** 2).sum().backward()
+        return [x.grad, *(p.grad for layer in layers for p in layer.parameters())]
+
+    assert all(torch.equal(a, b) for a, b in zip(stack_gradients(True), stack_gradients(False)))
+
+
+def test_a_parameter_or_xs_modified_in_place_before_the_backward_is_named():
+    lin = torch.nn.Linear(3, 3)
+    xs = torch.randn(6, 2, 3)
+    step = lambda h, x: (torch.tanh(lin(h) * x), None)  # noqa: E731
+    h, _ = checkpoint_scan(step, torch.ones(2, 3), xs, segments=3)
+    with torch.no_grad():
+        lin.weight.mul_(2)
+    with pytest.raises(UsageError, match=r"checkpoint_scan: Linear\.weight .*modified in place"):
+        h.sum().backward()
+    h, _ = checkpoint_scan(step, torch.ones(2, 3), xs, segments=3)
+    xs.mul_(2)
+    with pytest.raises(UsageError, match=r"checkpoint_scan: xs leaf 0 was modified in place"):
+        h.sum().backward()
+    out = checkpoint_sequential([lin, torch.nn.Tanh(), lin], torch.ones(2, 3), segments=2)
+    with torch.no_grad():
+        lin.bias.add_(1)
+    with pytest.raises(UsageError, match=r"checkpoint_sequential: Linear\.bias .*in place"):
+        out.sum().backward()
+
+
+def test_a_bfloat16_carry():
+    def gradients(scan):
+        torch.manual_seed(17)
+        lin = torch.nn.Linear(5, 5).bfloat16()
+        xs = torch.randn(6, 3, 5, dtype=torch.bfloat16)
+        step = lambda h, x: (torch.tanh(lin(h) + x), None)  # noqa: E731
+        h = torch.ones(3, 5, dtype=torch.bfloat16)
+        if scan:
+            h, _ = checkpoint_scan(step, h, xs, segments=3)
+        else:
+            for t in range(6):
+                h, _ = step(h, xs[t])
+        h.float().sum().backward()
+        return [p.grad for p in lin.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(gradients(True), gradients(False)))
+
+
+def test_a_tensor_computed_outside_the_steps_goes_in_params():
+    def gradients(params):
+        torch.manual_seed(18)
+        a = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+        b = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+        w = a @ b
+        xs = torch.randn(10, 3, 5, dtype=torch.float64)
+        step = lambda h, x: (torch.tanh(h @ w + x), None)  # noqa: E731
+        h = torch.ones(3, 5, dtype=torch.float64)
+        if params is None:
+            for t in range(10):
+                h, _ = step(h, xs[t])
+        else:
+            h, _ = checkpoint_scan(step, h, xs, segments=5, params=[w] if params else None)
+        h.sum().backward()
+        return a.grad, b.grad
+
+    with pytest.raises(InvalidValueError, match=r"computed outside the steps.*MmBackward0"
+                                                r".*pass that tensor in params="):
+        gradients(False)
+    assert all(torch.equal(x, y) for x, y in zip(gradients(True), gradients(None)))
