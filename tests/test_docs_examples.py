@@ -148,6 +148,18 @@ def test_a_guide_page_holds_no_date_or_commit(page: Path) -> None:
                        f"docs/benchmarks.md, not a guide page: {sorted(found)}")
 
 
+#: a page named in plain text ("see docs/model.md"), where the site needs a link to it
+PLAIN_MENTION = re.compile(r"(?<!\]\()(?<!\[)\bdocs/[a-z_]+\.md")
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: p.name)
+def test_a_page_named_in_the_text_is_a_link(page: Path) -> None:
+    # 52 plain-text mentions of docs/x.md were dead ends on the site
+    prose = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    found = PLAIN_MENTION.findall(prose)
+    assert not found, f"{page.name} names {found} in plain text: write [x.md](x.md)"
+
+
 BLOCKER = '''
 import importlib.abc, sys
 
