@@ -486,7 +486,7 @@ def kills(draw: st.DrawFn, n: int) -> str:
     if kind == "unlink":
         return f"unlink:{draw(st.integers(1, 4))}"
     if kind == "timer":
-        return f"timer:{draw(st.floats(0.0, 0.4)):.3f}"
+        return f"timer:{draw(st.floats(0.0, 0.4, allow_subnormal=False)):.3f}"
     return kind
 
 

@@ -21,7 +21,7 @@ from schedules.model import (
     simulate_times,
 )
 
-times = st.floats(0.1, 10.0)
+times = st.floats(0.1, 10.0, allow_subnormal=False)
 
 
 @settings(max_examples=80, deadline=None)
