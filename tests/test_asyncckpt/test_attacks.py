@@ -31,8 +31,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, event, example, given, note, settings, target
+from hypothesis import event, example, given, note, target
 from hypothesis import strategies as st
+from profiles import profile
 
 from asyncckpt import AsyncCheckpointer, CheckpointError, FileStorage, HostMemoryStorage
 from asyncckpt.storage import TieredStorage, WrapperStorage
@@ -48,15 +49,6 @@ EXAMPLES = int(os.environ.get("ASYNCCKPT_ATTACKS", "60"))
 MEMORY_EXAMPLES = int(os.environ.get("ASYNCCKPT_MEMORY_ATTACKS", "16"))
 
 
-def profile(examples: int, variable: str) -> settings:
-    """Hypothesis settings of a profile of ``examples`` draws, the same ones every time unless
-    ``$variable`` asks for a long profile (drawn at random); failures reported as drawn."""
-    return settings(max_examples=examples, deadline=None,
-                    derandomize=variable not in os.environ,
-                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
-                    report_multiple_bugs=False,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                           HealthCheck.too_slow])
 CODECS = (None,) + (("lz4", "zstd") if importlib.util.find_spec("blosc2") else ())
 TIMEOUT_S = 1.0  # transfer_timeout of every run: a stall must surface within it + SLACK_S
 SLACK_S = 5.0

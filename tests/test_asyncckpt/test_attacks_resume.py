@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, event, given, note, settings
+from hypothesis import event, given, note
 from hypothesis import strategies as st
+from profiles import profile
 
 from asyncckpt import ArrayCheckpoint, AsyncCheckpointer, CheckpointError
 from asyncckpt.errors import UsageError
@@ -437,15 +438,6 @@ def test_another_jobs_adjoint_is_refused(tmp_path, kill):
 RESUME_EXAMPLES = int(os.environ.get("ASYNCCKPT_RESUME_ATTACKS", "6"))
 
 
-def profile(examples: int, variable: str) -> settings:
-    """Hypothesis settings of ``examples`` draws, the same ones every time unless
-    ``$variable`` asks for a long profile (drawn at random)."""
-    return settings(max_examples=examples, deadline=None,
-                    derandomize=variable not in os.environ,
-                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
-                    report_multiple_bugs=False,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                           HealthCheck.too_slow])
 KILLS_DRAWN = ("fwd", "rev", "between", "done", "replace-before", "replace-after", "unlink",
                "timer", "")
 DAMAGES = ("flip", "delete", "truncate")

@@ -22,8 +22,9 @@ pytest.importorskip("jax.numpy")
 jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from profiles import profile  # noqa: E402
 from test_jax import PARAM_RTOL, lax_scan_differs_when_differentiated  # noqa: E402
 
 from asyncckpt.jax import checkpoint_scan  # noqa: E402
@@ -32,13 +33,6 @@ jax.config.update("jax_enable_x64", True)
 
 EXAMPLES = int(os.environ.get("ASYNCCKPT_ADAPTER_ATTACKS", "8"))
 HIDDEN = 8
-
-
-def _settings(examples: int) -> settings:
-    return settings(max_examples=examples, deadline=None,
-                    derandomize="ASYNCCKPT_ADAPTER_ATTACKS" not in os.environ,
-                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
-                    report_multiple_bugs=False, suppress_health_check=[HealthCheck.too_slow])
 
 
 def build(noise: bool, mixed: bool, nested: bool, outputs: bool, seed: int):
@@ -73,7 +67,7 @@ def build(noise: bool, mixed: bool, nested: bool, outputs: bool, seed: int):
 
 
 @pytest.mark.timeout(max(300, 20 * EXAMPLES))
-@_settings(EXAMPLES)
+@profile(EXAMPLES, "ASYNCCKPT_ADAPTER_ATTACKS")
 @given(n=st.integers(2, 40), noise=st.booleans(), mixed=st.booleans(), nested=st.booleans(),
        outputs=st.booleans(), interval=st.sampled_from([1, 2, 3, 7, "auto"]),
        budget=st.sampled_from([None, "32KiB", "256KiB"]), reverse=st.booleans(),

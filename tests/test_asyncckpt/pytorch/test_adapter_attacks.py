@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
+from profiles import profile
 
 torch = pytest.importorskip("torch")
 
@@ -22,16 +23,6 @@ from asyncckpt.torch import checkpoint_scan, checkpoint_sequential  # noqa: E402
 
 EXAMPLES = int(os.environ.get("ASYNCCKPT_ADAPTER_ATTACKS", "40"))
 VARIABLE = "ASYNCCKPT_ADAPTER_ATTACKS"
-
-
-def profile(examples: int, variable: str) -> settings:
-    """As test_attacks.py's: the same draws every time unless ``$variable`` is set."""
-    return settings(max_examples=examples, deadline=None,
-                    derandomize=variable not in os.environ,
-                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
-                    report_multiple_bugs=False,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                           HealthCheck.too_slow])
 
 
 PLANS = st.one_of(
