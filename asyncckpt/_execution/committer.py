@@ -11,8 +11,8 @@ manifest says ``"commit": c``, and names (``"replaced"``) the files the manifest
 named and it does not, which the thread removes once it is in place. A process killed in
 commit ``c + 1`` leaves at most those names unnamed, and one killed before its removals the
 files manifest ``c`` says it replaced: the first commit of the next process removes both. No
-other file is ever removed. Whoever waits for it waits a deadline at most: a stalled device holds the thread, never
-the caller, and the directory's lock with it until its write returns.
+other file is ever removed. Whoever waits for it waits a deadline at most: a stalled device
+holds the thread, never the caller, and the directory's lock with it until its write returns.
 """
 from __future__ import annotations
 
