@@ -1,8 +1,9 @@
 """The adapter profile of the attack suite: random steps for ``checkpoint_scan`` and random
 stacks for ``checkpoint_sequential``, drawn from dropout, noise drawn by the step, parameters
 reached through nested helpers, BatchNorm in training mode, carries of mixed dtypes and
-modules switched to eval mode between the forward and the backward, under random plans (segments, slots, intervals, budgets). Every gradient, every buffer and the random
-generator after forward+backward must equal plain autograd's with the same seed, bit for bit,
+modules switched to eval mode between the forward and the backward, under random plans
+(segments, slots, intervals, budgets). Every gradient, every buffer and the random generator
+after forward+backward must equal plain autograd's with the same seed, bit for bit,
 or the call raise a clear error.
 
 CI draws 40 of each, the same ones every time; ``ASYNCCKPT_ADAPTER_ATTACKS=N`` draws N at
@@ -20,6 +21,7 @@ from profiles import profile
 torch = pytest.importorskip("torch")
 
 from asyncckpt.torch import checkpoint_scan, checkpoint_sequential  # noqa: E402
+from test_torch_exact import sequential_plain  # noqa: E402
 
 EXAMPLES = int(os.environ.get("ASYNCCKPT_ADAPTER_ATTACKS", "40"))
 VARIABLE = "ASYNCCKPT_ADAPTER_ATTACKS"
@@ -165,15 +167,9 @@ def test_sequential_is_autograd_bit_for_bit(drawn):
     x = torch.randn(batch, width, requires_grad=True)
     tensors.append(x)
 
-    def plain():
-        y = x
-        for layer in layers:
-            y = layer(y)
-        return y.square().sum()
-
     state = [b.clone() for m in modules for b in m.buffers()]
     switch = [m for m in [*layers, shared] if isinstance(m, torch.nn.Module)] if switched else []
     ours = gradients(lambda: checkpoint_sequential(layers, x, **plan).square().sum(), tensors,
                      modules, seed, switch)
     reset(modules, state)
-    same(ours, gradients(plain, tensors, modules, seed, switch))
+    same(ours, gradients(lambda: sequential_plain(layers, x), tensors, modules, seed, switch))

@@ -11,14 +11,15 @@ torch = pytest.importorskip("torch")
 from asyncckpt.errors import InvalidValueError, UsageError  # noqa: E402
 from asyncckpt.torch import checkpoint_scan, checkpoint_sequential  # noqa: E402
 from asyncckpt.torch.preserve import UnlistedLeafError  # noqa: E402
+from test_torch import scan_plain  # noqa: E402
 
 
-def scan_plain(step, carry, xs, n):
-    ys = []
-    for t in range(n):
-        carry, y = step(carry, None if xs is None else xs[t])
-        ys.append(y)
-    return carry, (torch.stack(ys) if ys[0] is not None else None)
+def sequential_plain(layers, x):
+    """The reference of a stack: its layers under plain autograd, and the loss."""
+    y = x
+    for layer in layers:
+        y = layer(y)
+    return y.square().sum()
 
 
 def run(loss_of, tensors, modules=(), seed=0):
@@ -236,14 +237,7 @@ def sequential_exact(layers, x, modules=(), **options):
     with torch.no_grad():
         for b, saved in zip([b for m in modules for b in m.buffers()], state):
             b.copy_(saved)
-
-    def plain():
-        y = x
-        for layer in layers:
-            y = layer(y)
-        return y.square().sum()
-
-    assert_same(ours, run(plain, tensors, modules))
+    assert_same(ours, run(lambda: sequential_plain(layers, x), tensors, modules))
 
 
 @pytest.mark.parametrize("segments", [None, 1, 10, 120])
