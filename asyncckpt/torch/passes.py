@@ -1,6 +1,6 @@
-"""A stack's first pass, on torch's meta device: the shapes of its activations, the bytes each
-layer's graph keeps and the tensors needing a gradient each layer reaches, with no data and no
-compute; and the passes remembered for the next call on the same stack."""
+"""A stack's first pass, a layer at a time: the shapes of its activations, the bytes each
+layer's graph keeps and the tensors needing a gradient each layer reaches; and the passes
+remembered for the next call on the same stack."""
 from __future__ import annotations
 
 import itertools
@@ -19,76 +19,58 @@ __all__ = ["PASSES", "Passes", "activation_shapes", "meta_pass"]
 
 
 def activation_shapes(layers: Sequence[Any], input: torch.Tensor) -> list[tuple[Any, Any]]:
-    """(shape, dtype) of the input of each layer and of the last one's output, from a pass on
-    torch's meta device (no data, no compute); a layer that cannot run there is run for real,
-    without a graph, from that layer on."""
+    """(shape, dtype) of the input of each layer and of the last one's output, from a pass
+    that runs each layer once on its input (:func:`meta_pass`)."""
     return meta_pass(layers, input)[0]
 
 
 def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[
         list[tuple[Any, Any]], list[int | None], list[list[torch.Tensor]]]:
-    """:func:`activation_shapes`, the bytes each layer's graph keeps for its backward
-    (the tensors autograd saves, each counted once, parameters not at all; None for a layer
-    run for real), and the tensors needing a gradient each layer reaches, found by autograd
-    in its graph (a module's parameters through their copies on the meta device). A layer
-    run for real runs with the random generators and the buffers put back after it."""
-    from torch.func import functional_call
+    """The stack's first pass: :func:`activation_shapes`, the bytes each layer's graph keeps
+    for its backward (the tensors autograd saves, each storage once, the layer's parameters
+    and buffers not at all) and the tensors needing a gradient each layer reaches, found by
+    autograd in its graph.
 
+    Each layer runs once under enable_grad on the one before's output, its graph let go before
+    the next runs (so the pass holds one layer's graph at a time), with the random generators
+    and the buffers put back after it. Not on torch's meta device: its kernels are Python
+    (``torch._meta_registrations``, sympy), some 70 MiB resident from the first use in a
+    process, which no run of the model itself loads."""
     shapes = [(input.shape, input.dtype)]
     graph: list[int | None] = []
-    x = input.detach().to("meta").requires_grad_(differentiable(input.dtype))
-    real: torch.Tensor | None = None
-    parameters: dict[int, torch.Tensor] = {}  # held, so that no later tensor takes an id
-    saved: dict[int, torch.Tensor] = {}  # the tensors held, so ids stay theirs
-    kept = [0]  # their bytes
     reached: list[list[torch.Tensor]] = []
     generators = Generators([input])
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        base = tensor if tensor._base is None else tensor._base  # a view keeps its base
-        if id(base) not in parameters and id(base) not in saved:
-            saved[id(base)] = base
-            kept[0] += base.numel() * base.element_size()
-        return tensor
-
+    x, counted = input.detach(), False  # counted: the pass before counted x as saved
     for i, layer in enumerate(layers):
-        if real is None:
-            before = kept[0]
-            inputs = x  # the meta graph runs on, so that a tensor saved twice counts once
+        saved: dict[int, int] = {}
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            storage = tensor.untyped_storage()
+            saved.setdefault(storage.data_ptr(), storage.nbytes())
+            # not the tensor: a layer's output saved as itself would hold its own graph in a
+            # cycle the garbage collector cannot see (the whole stack's activations, kept)
+            return tensor.detach()
+
+        inputs = x.requires_grad_(differentiable(x.dtype))
+        with generators.fork(), Buffers() as touched, torch.enable_grad(), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             try:
-                with torch.enable_grad(), \
-                        torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-                    if isinstance(layer, torch.nn.Module):
-                        state = {name: t.to("meta") for name, t in
-                                 [*layer.named_parameters(), *layer.named_buffers()]}
-                        parameters.update((id(t), t) for t in state.values())
-                        x = functional_call(layer, state, (inputs,))
-                    else:
-                        x = layer(inputs)
-                graph.append(kept[0] - before)
-            except (NotImplementedError, RuntimeError):
-                real = input
-                with generators.fork(), Buffers() as touched, torch.no_grad():
-                    try:
-                        for earlier in layers[:i]:
-                            real = earlier(real)
-                    finally:
-                        touched.restore()
-        if real is not None:
-            inputs = real.detach().requires_grad_(differentiable(real.dtype))
-            with generators.fork(), Buffers() as touched, torch.enable_grad():
-                try:
-                    x = layer(inputs)
-                finally:
-                    touched.restore()
-            real = x.detach() if isinstance(x, torch.Tensor) else x
-            graph.append(None)
-        if not isinstance(x, torch.Tensor):
-            raise InvalidTypeError(f"layer {i} returned a {type(x).__name__}, expected a tensor")
-        reached.append(reached_leaves([x] if x.grad_fn is not None else [], {id(inputs)},
-                                      {inputs.grad_fn} if inputs.grad_fn is not None else set()))
-        if real is not None:
-            x = real
+                out = layer(inputs)
+            finally:
+                touched.restore()
+        if not isinstance(out, torch.Tensor):
+            raise InvalidTypeError(f"layer {i} returned a {type(out).__name__}, expected a "
+                                   "tensor")
+        reached.append(reached_leaves([out] if out.grad_fn is not None else [], {id(inputs)},
+                                      set()))
+        own = [*reached[-1], *(itertools.chain(layer.parameters(), layer.buffers())
+                               if isinstance(layer, torch.nn.Module) else ())]
+        held = {t.untyped_storage().data_ptr() for t in own}
+        if counted:  # the input, saved by the layer before too, is counted once
+            held.add(x.untyped_storage().data_ptr())
+        graph.append(sum(b for ptr, b in saved.items() if ptr not in held))
+        counted = out.untyped_storage().data_ptr() in saved
+        x = out.detach()
         shapes.append((x.shape, x.dtype))
     return shapes, graph, reached
 

@@ -166,5 +166,20 @@ def backward_through(outputs: list[torch.Tensor], seeds: list[torch.Tensor | Non
             outputs.append(parameter.view_as(parameter))
             seeds.append(total)
     if differentiable and outputs and wanted:
-        return torch.autograd.grad(outputs, wanted, seeds, allow_unused=True)
+        return _grad(outputs, wanted, seeds)
     return [None] * len(wanted)
+
+
+def _grad(outputs: Sequence[torch.Tensor], wanted: Sequence[torch.Tensor],
+          seeds: Sequence[torch.Tensor | None]) -> Sequence[torch.Tensor | None]:
+    """``torch.autograd.grad(outputs, wanted, seeds, allow_unused=True)`` by the engine call it
+    makes. Its check of the seeds' shapes imports sympy (``symbolic_shapes``), some 38 MiB
+    resident in the first backward of a process, which a plain ``loss.backward()`` never
+    imports; each seed here is a tensor of its output's shape, made so by the run."""
+    engine = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if engine is None or any(seed is None or seed.shape != out.shape
+                             for out, seed in zip(outputs, seeds)):
+        return torch.autograd.grad(outputs, wanted, seeds, allow_unused=True)
+    result: Sequence[torch.Tensor | None] = engine(
+        tuple(outputs), tuple(seeds), False, False, tuple(wanted), True, accumulate_grad=False)
+    return result

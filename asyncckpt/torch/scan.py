@@ -60,7 +60,11 @@ class ScanRun(SegmentedRun):
         self.grad_params: list[torch.Tensor | None] = []
         self.carry_needs_grad: list[bool] = []
         itemsize = torch.empty((), dtype=self.live.dtype).element_size()
-        most, options = graph_share(self.live.size * itemsize, options, SCAN_CHECKPOINTS_SHARE)
+        # parameters' gradients: the new sum, a step's part (the sum so far is outside)
+        most, options = graph_share(
+            self.live.size * itemsize, options, SCAN_CHECKPOINTS_SHARE, name=self.name,
+            graph=graph, gradients=2 * sum(p.nbytes for p in self.params)
+            + 2 * sum(t.nbytes for t in self.live.tensors))
         # a step's graph, measured on step 0, where the budget bounds a segment's
         graph = 1 if most is None or segments is not None else max(graph, 1)
         self.starts = segment_starts([graph] * n, segments, most)

@@ -43,7 +43,12 @@ class SequentialRun(SegmentedRun):
                  for shape, dtype in self.shapes]
         # a layer run for real, off the meta device: its input and output, as a bound
         graph = [sizes[t] + sizes[t + 1] if g is None else g for t, g in enumerate(graph)]
-        most, options = graph_share(max(sizes), options, STACK_CHECKPOINTS_SHARE)
+        # gradients: a layer's new sums and parts, the activation's in and out (the sums so far
+        # are the parameters' gradients, outside the budget as the parameters are)
+        most, options = graph_share(
+            max(sizes), options, STACK_CHECKPOINTS_SHARE, name=self.name, unit="layer",
+            graph=max(graph), gradients=2 * max(sizes) + 2 * max(
+                sum({id(p): p.nbytes for p in ps}.values()) for ps in reached))
         self.starts = segment_starts(graph, segments, most)
         self.sizes = [sizes[t] for t in self.starts]
         self.params = [list({id(p): p for t in range(begin, end)

@@ -113,7 +113,7 @@ class Step:
         def pack(tensor: torch.Tensor) -> torch.Tensor:
             storage = tensor.untyped_storage()
             saved.setdefault(storage.data_ptr(), storage.nbytes())
-            return tensor
+            return tensor.detach()  # an output saved as itself would keep its graph
 
         known = {id(t) for t in [*inputs, *x_leaves, *(params or ())] if t.grad_fn is None}
         stops = {p.grad_fn for p in params or () if p.grad_fn is not None}

@@ -108,7 +108,7 @@ def saved_bytes(run: Callable[[], object], outside: Sequence[torch.Tensor]) -> i
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in held:
             saved.setdefault(storage.data_ptr(), storage.nbytes())
-        return tensor
+        return tensor.detach()  # an output saved as itself would keep its graph
 
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         run()
