@@ -24,6 +24,12 @@ for module in modules:  # a library's import is code, not state the runtime hold
     importlib.import_module(module)
 if "storage_code" in options:  # a backend built by the caller's own code
     options["storage"] = eval(options.pop("storage_code"), vars(asyncckpt.storage))
+# outputs= and adjoint= of the sizes asked for: the program's own arrays, resident before the base
+extra = {kind: np.zeros(options.pop(f"{kind}_nbytes") // 8) for kind in ("outputs", "adjoint")
+         if f"{kind}_nbytes" in options}
+for kind, array in extra.items():
+    array.fill(1.0)
+    options[kind] = ArrayCheckpoint([array])
 RAM = {os.stat(p.mountpoint).st_dev for p in psutil.disk_partitions(all=True)
        if p.fstype in ("tmpfs", "ramfs") and os.path.isdir(p.mountpoint)}
 tmpfs_peak, held_peak, sampling = 0, 0, True
@@ -39,6 +45,15 @@ def ram_file_bytes():
             continue
         if stat.S_ISREG(st.st_mode) and st.st_dev in RAM:
             seen[st.st_dev, st.st_ino] = st.st_blocks * 512
+    if "run_dir" in options and os.path.isdir(options["run_dir"]):  # its files, open or not
+        with os.scandir(options["run_dir"]) as entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_dev in RAM:
+                    seen[st.st_dev, st.st_ino] = st.st_blocks * 512
     return sum(seen.values())
 
 def sample():
@@ -62,6 +77,8 @@ if workload == "logistic":  # chaotic: states a codec cannot shrink much
 
 class Forward:
     def apply(self, *, t_start, t_end):
+        if "outputs" in extra:  # an output a step: the program writes its outputs as it goes
+            extra["outputs"][t_start % extra["outputs"].size] = state[0]
         for _ in range(t_start, t_end):
             if workload == "logistic":  # x = 3.9 x (1 - x)
                 np.subtract(1.0, state, out=scratch)

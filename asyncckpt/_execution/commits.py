@@ -5,6 +5,12 @@ handed whole to the :class:`~asyncckpt._execution.committer.Committer`'s thread.
 forward sweep stored is named once its write returned, and only with every one stored before
 it, with the outputs as they were when it was stored. When a commit is made is
 :class:`~asyncckpt._execution.resume.RunDir`'s.
+
+A snapshot is written from the program's own arrays into its file (the page cache), where
+the committer's thread flushes it: no copy of it is held in process memory. So one is in
+flight at a time: the outputs are written when a state is stored while the thread is idle,
+and the states stored meanwhile are committed with a later one's (a kill loses no more than
+the commits the thread was too busy to take).
 """
 from __future__ import annotations
 
@@ -15,9 +21,8 @@ import numpy as np
 
 from schedules import AsyncMultistage
 
-from .._memory.buffers import aligned_buffer
 from ..storage.durable import DurableFileStorage
-from ..storage.rundir import FORMAT
+from ..storage.rundir import FORMAT, stage_snapshot
 from .committer import Committer, Snapshots
 from .engine import TransferEngine
 from .identity import writer
@@ -64,11 +69,12 @@ class Commits:
         self.committer = Committer(path, {what: found.get(what) for what in SNAPSHOTS})
         #: stored this sweep, not committed yet, oldest first
         self.pending: list[int] = []
-        self._outputs_at: dict[int, list[np.ndarray]] = {}  # ... the outputs when stored
+        #: the stored state whose outputs are written for the next commit, and their entry
+        self._outputs_at: tuple[int, dict[str, Any]] | None = None
 
     def fresh(self, schedule: AsyncMultistage) -> None:
         """A fresh run: a manifest that holds no state yet, and says what the run is."""
-        self.states, self.pending, self._outputs_at = {}, [], {}
+        self.states, self.pending, self._outputs_at = {}, [], None
         self.manifest = {"format": FORMAT, "run": self.identity,
                          "plan": {"interval": schedule.interval,
                                   "l1_slots": schedule.l1_slots},
@@ -78,11 +84,13 @@ class Commits:
 
     def stored(self, step: int) -> None:
         """The forward sweep stored u_step on Level-2: it is committed once its write
-        returned, with the outputs as they are now."""
+        returned, with the outputs as they are now where the committer is idle (else with a
+        later state's)."""
         self.pending.append(step)
-        if self.outputs is not None:
-            self._outputs_at[step] = [
-                np.array(a, copy=True) for a in self.outputs.get_data(step)]
+        if self.outputs is not None and self._outputs_at is None:
+            path = self.committer.claim("outputs")
+            if path is not None:
+                self._outputs_at = (step, stage_snapshot(path, self.outputs.get_data(step)))
 
     def forward(self, engine: TransferEngine | None, settled: bool = False) -> None:
         """Commit the states stored this sweep whose writes returned, oldest first, up to the
@@ -94,44 +102,54 @@ class Commits:
         digests, done = engine.digests, []
         if settled:
             done = [key for key in self.pending if key in digests]
-            self.pending = []
-        while self.pending and self.pending[0] in digests:
-            done.append(self.pending.pop(0))
+            self.pending, self._outputs_at = [], None
+        elif self.outputs is None:
+            while self.pending and self.pending[0] in digests:
+                done.append(self.pending.pop(0))
+        elif self._outputs_at is not None:  # up to the state whose outputs are written
+            tagged = self._outputs_at[0]
+            while (self.pending and self.pending[0] <= tagged
+                   and self.pending[0] in digests):
+                done.append(self.pending.pop(0))
+            if not done or done[-1] != tagged:
+                self.pending[:0] = done
+                return
         if not done:
             return
         records = self.storage.records()
         for key in done:
             self.states[key] = (*records[key], int(digests[key]))
         if settled:
-            self._outputs_at.clear()
             return
-        if self.outputs is not None:
-            self.snapshot("outputs", self._outputs_at[done[-1]], None)
-            for key in done:
-                del self._outputs_at[key]
+        if self._outputs_at is not None:
+            self._serial += 1
+            self._snapshots["outputs"] = self._outputs_at[1]
+            self._outputs_at = None
         self.manifest.update(sweep="forward", step=done[-1])
         self.commit()
 
-    def snapshot(self, what: str, source: Any, step: int | None) -> None:
-        """Snapshot ``what`` (the arrays of descriptor ``source`` at ``step``, copied, or
-        copies already) for the next commit to write."""
+    def snapshot(self, what: str, source: Any, step: int | None) -> bool:
+        """Write ``what`` (the arrays of descriptor ``source`` at ``step``; None: n) for the
+        next commit, which the caller submits at once (:meth:`Committer.claim`, replacing
+        one waiting); whether it was written (nothing to write, where ``source`` is None)."""
         if source is None:
-            return
-        arrays = source if isinstance(source, list) else [
-            np.array(a, copy=True) for a in source.get_data(
-                self.identity["n_timesteps"] if step is None else step)]
-        self._serial += 1
-        self._snapshots[what] = arrays  # the committer names its file
+            return True
+        return self._stage(what, source.get_data(
+            self.identity["n_timesteps"] if step is None else step))
 
-    def snapshot_state(self, what: str, step: int, interpreter: Interpreter | None) -> None:
-        """Snapshot the live state (the descriptor's arrays of u_step, as ``interpreter``
-        reads them) as ``what``."""
+    def snapshot_state(self, what: str, step: int, interpreter: Interpreter | None) -> bool:
+        """:meth:`snapshot` the live state (the descriptor's arrays of u_step, as
+        ``interpreter`` reads them: in the layout a Level-1 slot holds) as ``what``."""
         assert interpreter is not None
-        arrays = interpreter.arrays(step, into=False)
-        size = sum(a.nbytes for a in arrays)
-        buffer = aligned_buffer(size)
-        interpreter.link.keep(arrays, buffer)
-        self.snapshot(what, [buffer[:size]], None)
+        return self._stage(what, interpreter.arrays(step, into=False))
+
+    def _stage(self, what: str, arrays: list[np.ndarray]) -> bool:
+        path = self.committer.claim(what, replace=True)
+        if path is None:
+            return False
+        self._serial += 1
+        self._snapshots[what] = stage_snapshot(path, arrays)
+        return True
 
     def commit(self) -> None:
         """Hand the manifest, with the snapshots taken since the last, to the committer."""

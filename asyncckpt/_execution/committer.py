@@ -1,15 +1,19 @@
 """Puts a run directory's commits in place on a thread of its own, so that the sweep pays for a
-commit no more than a copy of what it snapshots.
+commit no more than a write of what it snapshots into the page cache.
 
 A commit is a whole manifest: one that lands later says everything an earlier one said. So while
 the thread is busy, a newer commit replaces the one waiting (its snapshots kept where the newer
 one has none of theirs): the thread always writes the latest, and a sweep never waits for a
 backlog of flushes.
 
-The thread names the files: commit ``c`` writes its snapshots as ``KIND.c.bin`` and its
-manifest says ``"commit": c``, and names (``"replaced"``) the files the manifest it replaces
-named and it does not, which the thread removes once it is in place. A process killed in
-commit ``c + 1`` leaves at most those names unnamed, and one killed before its removals the
+The thread numbers the commits: commit ``c``'s snapshots are ``KIND.c.bin`` and its manifest
+says ``"commit": c``. The sweep writes a snapshot itself, from the program's own arrays (no copy
+of them is held anywhere: :func:`~asyncckpt.storage.rundir.stage_snapshot`), under the name
+:meth:`Committer.claim` gives it while the thread is idle, and hands the commit its entry; the
+thread flushes it, then puts the manifest naming it in place. A manifest names
+(``"replaced"``) the files the manifest it replaces named and it does not, which the thread
+removes once it is in place. A process killed in commit ``c + 1`` (or with a snapshot written
+for ``c + 2`` meanwhile) leaves at most those names unnamed, and one killed before its removals the
 files manifest ``c`` says it replaced: the first commit of the next process removes both. No
 other file is ever removed. Whoever waits for it waits a deadline at most: a stalled device
 holds the thread, never the caller, and the directory's lock with it until its write returns.
@@ -19,22 +23,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import StorageError
-from ..storage.rundir import named_files, read_manifest, write_manifest, write_snapshot
+from ..storage.rundir import cut_short, flush_snapshot, named_files, read_manifest, write_manifest
 
 __all__ = ["Committer", "Snapshots"]
 
 log = logging.getLogger(__name__)
 
-#: What a commit snapshots: per kind ("outputs", "adjoint", ...), the arrays to write (copies
-#: the sweep no longer touches), or None for none
-Snapshots = dict[str, Sequence[np.ndarray] | None]
+#: What a commit snapshots: per kind ("outputs", "adjoint", ...), the manifest's entry of the
+#: file the sweep wrote under the name :meth:`Committer.claim` gave (not yet flushed), or None
+#: for none
+Snapshots = dict[str, dict[str, Any] | None]
 
 
 class Committer:
@@ -62,8 +65,8 @@ class Committer:
         #: what a process killed in the commit after it, or before its removals, left
         self._left: set[str] | None = None
         if last:
-            self._left = set(last.get("replaced", ())) | {
-                f"{kind}.{self._commits + 1}.bin" for kind in self._kinds}
+            self._left = set(last.get("replaced", ())) | cut_short(
+                {"commit": self._commits, "snapshots": sorted(self._kinds)})
         self._cond = threading.Condition()
         self._next: tuple[dict[str, Any], Snapshots] | None = None
         self._busy = False
@@ -77,12 +80,49 @@ class Committer:
         self._done = threading.Event()
         #: seconds the thread spent writing and flushing
         self.seconds = 0.0
+        #: the number of the commit the thread took last (under way while it is busy)
+        self._taken = self._commits
+        #: names claimed for the sweep's snapshots, not yet committed
+        self._claimed: set[str] = set()
+        #: the snapshots of a waiting commit a claim withdrew, for the next submit
+        self._withdrawn: Snapshots | None = None
+
+    def claim(self, kind: str, replace: bool = False) -> Path | None:
+        """Where the sweep writes a snapshot of ``kind`` for the next commit submitted
+        (``KIND.c.bin``, ``c`` that commit's number: the one after the commit under way, if
+        any), or None where one failed, or while a commit waits unless ``replace`` (then the
+        commit the sweep submits next takes its place, as any newer commit would: the sweep
+        submits it at once). Else the sweep snapshots nothing: a later commit says more. The
+        sweep submits nothing else before the commit that names it; a name claimed again
+        before (a snapshot no commit named) is its own, removed first."""
+        with self._cond:
+            if self._failure is not None or (self._next is not None and not replace):
+                return None
+            if self._next is not None:  # withdrawn: the next submit says all it said
+                self._withdrawn, self._next = self._next[1], None
+            if not self._busy:  # else the commit under way removed them
+                self._remove_left()
+            name = f"{kind}.{(self._taken if self._busy else self._commits) + 1}.bin"
+            if name in self._claimed:
+                (self.path / name).unlink(missing_ok=True)
+            self._claimed.add(name)
+            return self.path / name
+
+    def _remove_left(self) -> None:
+        """Remove what a process killed in the commit after the manifest in place, or before
+        its removals, left (once)."""
+        if self._left is not None:  # the run's own, left by a kill
+            for name in sorted(self._left):
+                (self.path / name).unlink(missing_ok=True)
+            self._left = None
 
     def submit(self, manifest: dict[str, Any], snapshots: Snapshots) -> None:
         """Commit ``manifest`` with ``snapshots`` once the thread gets to it (replacing a
         commit still waiting); raise the failure of an earlier one."""
         self._raise_failure()
         with self._cond:
+            if self._withdrawn is not None:
+                snapshots, self._withdrawn = {**self._withdrawn, **snapshots}, None
             if self._next is not None:
                 snapshots = {**self._next[1], **snapshots}
             self._next = (manifest, snapshots)
@@ -157,7 +197,7 @@ class Committer:
                 if self._next is None:
                     break
                 (manifest, snapshots), self._next = self._next, None
-                self._busy = True
+                self._busy, self._taken = True, self._commits + 1
             start = time.perf_counter()
             try:
                 if self._failure is None:  # after a failure nothing more is put in place
@@ -188,13 +228,15 @@ class Committer:
         it replaced named and this one does not."""
         commit = self._commits + 1
         kinds = self._kinds | set(snapshots)
-        if self._left is not None:  # the run's own, left by a kill
-            for name in sorted(self._left):
-                (self.path / name).unlink(missing_ok=True)
-            self._left = None
-        for kind, arrays in snapshots.items():
-            self._entries[kind] = None if arrays is None else write_snapshot(
-                self.path, f"{kind}.{commit}.bin", arrays)
+        self._remove_left()
+        for kind, entry in snapshots.items():
+            if entry is not None:
+                if entry["file"] != f"{kind}.{commit}.bin":
+                    raise StorageError(f"the snapshot {entry['file']} was written for another "
+                                       f"commit than {commit}")
+                flush_snapshot(self.path, entry)
+                self._claimed.discard(entry["file"])
+            self._entries[kind] = entry
         record = {**manifest, **self._entries, "commit": commit, "snapshots": sorted(kinds)}
         named = named_files(record)
         replaced = sorted(self._named - named)

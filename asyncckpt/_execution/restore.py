@@ -14,7 +14,7 @@ import numpy as np
 from .._memory.buffers import aligned_buffer
 from ..errors import CorruptionError, UsageError
 from ..storage.durable import STATES_FILE, DurableFileStorage
-from ..storage.rundir import MANIFEST, digest_of, read_snapshot
+from ..storage.rundir import MANIFEST, check_snapshot, digest_of, read_snapshot
 from .interpreter import Interpreter
 
 __all__ = ["Restorer"]
@@ -44,22 +44,20 @@ class Restorer:
         if descriptor is not None and entry is not None:
             read_snapshot(self.path, entry, descriptor.get_data_location(step))
 
-    def read(self, what: str, descriptor: Any, step: int) -> list[np.ndarray] | None:
-        """The committed ``what``, checked, in arrays shaped as ``descriptor``'s at ``step``
-        (None where there is none to restore)."""
+    def read(self, what: str, descriptor: Any, step: int) -> dict[str, Any] | None:
+        """The manifest's entry of the committed ``what``, its file checked (read in chunks,
+        nothing held), for :meth:`deliver` (None where there is none to restore)."""
         entry = self.found.get(what)
         if descriptor is None or entry is None:
             return None
-        arrays = [np.empty(np.shape(a), a.dtype) for a in descriptor.get_data_location(step)]
-        read_snapshot(self.path, entry, arrays)
-        return arrays
+        check_snapshot(self.path, entry)
+        return entry
 
-    @staticmethod
-    def deliver(descriptor: Any, arrays: list[np.ndarray] | None, step: int) -> None:
-        """Copy ``arrays`` (from :meth:`read`) into ``descriptor``'s at ``step``."""
-        if descriptor is not None and arrays is not None:
-            for into, source in zip(descriptor.get_data_location(step), arrays):
-                into[...] = source
+    def deliver(self, descriptor: Any, entry: dict[str, Any] | None, step: int) -> None:
+        """Read the snapshot ``entry`` names (from :meth:`read`) into ``descriptor``'s
+        arrays at ``step``, checked again as it is read."""
+        if descriptor is not None and entry is not None:
+            read_snapshot(self.path, entry, descriptor.get_data_location(step))
 
     def read_final(self, what: str) -> np.ndarray:
         """The committed live state ``what`` ("final": u_n; "left": where the reverse sweep

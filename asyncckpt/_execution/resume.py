@@ -216,10 +216,10 @@ class RunDir:
         if type(action) is EndForward:
             self._reverse_begins()
         elif self._sweep == "forward":
+            if self._commits.pending:  # first: a state stored now may take the outputs' file
+                self._commits.forward(self._engine)
             if type(action) is Store and action.tier is Tier.L2:
                 self._commits.stored(action.step)
-            if self._commits.pending:
-                self._commits.forward(self._engine)
         elif type(action) is Advance:
             self._live = action.end
         elif type(action) is Load:
@@ -228,11 +228,12 @@ class RunDir:
               and self._sweep == "reverse" and action.step > 0):
             # without adjoint= a reverse resumes from its start: every state stays named; u_0
             # is freed last, and the run's end commits what follows it (with the live state)
+            # while the committer is busy this boundary is not committed: a later one says more
             commits = self._commits
             commits.states.pop(action.step, None)
-            commits.snapshot("adjoint", self.adjoint, action.step)
-            commits.manifest.update(sweep="reverse", step=action.step)
-            commits.commit()
+            if commits.snapshot("adjoint", self.adjoint, action.step):
+                commits.manifest.update(sweep="reverse", step=action.step)
+                commits.commit()
 
     def _reverse_begins(self) -> None:
         """The reverse sweep starts, its adjoint seeded: the seed's checksum goes with the
@@ -261,6 +262,7 @@ class RunDir:
             assert self._engine is not None
             self._engine.drain()
             commits.forward(self._engine, settled=True)
+            self._wait_commits()  # the committer idle: the snapshots below are written now
             if 0 not in commits.states:  # u_0 lost: nothing a later process could reverse
                 log.warning("run_dir %s: u_0 was lost on the way: the rest of this run "
                             "commits nothing", self.path)
@@ -277,6 +279,7 @@ class RunDir:
             # with adjoint= a finished run's adjoint is committed; without it, its states
             # stay named and a later checkpointer runs its reverse sweep again
             if self.adjoint is not None:
+                self._wait_commits()
                 commits.states.clear()
                 commits.snapshot("adjoint", self.adjoint, 0)
                 commits.snapshot_state("left", self._live, self._interpreter)

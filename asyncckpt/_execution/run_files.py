@@ -4,19 +4,23 @@ a finished run's files (only those its manifest names, its states and its tempor
 else in the directory is touched)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import StorageError, UsageError
+import numpy as np
+
+from .._memory.buffers import padded
+from ..errors import MemoryBudgetError, StorageError, UsageError
 from ..storage.directories import make_private
 from ..storage.durable import STATES_FILE, DurableFileStorage
-from ..storage.rundir import (MANIFEST, REMOVING, TEMPORARY, DirectoryLock, fsync_directory,
-                              lock_directory, named_files, read_manifest)
+from ..storage.rundir import (MANIFEST, REMOVING, TEMPORARY, DirectoryLock, cut_short,
+                              fsync_directory, lock_directory, named_files, read_manifest)
 
-__all__ = ["FoundRun", "check_same_run", "check_unused", "find_run", "finish_removal",
-           "remove_run", "take_directory"]
+__all__ = ["FoundRun", "charge_ram", "snapshot_bytes", "check_same_run", "check_unused", "find_run",
+           "finish_removal", "remove_run", "take_directory"]
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +130,11 @@ def remove_run(path: Path) -> None:
 
 def finish_removal(path: Path, remove_directory: bool = True) -> None:
     """Remove the files the manifest put aside names or says it replaced, the states' file
-    and the run's temporaries (the manifest's, and the snapshots of the commit after it, cut
+    and the run's temporaries (the manifest's, and the snapshots of the commits after it, cut
     short by a kill), then the manifest put aside, then (where ``remove_directory``) ``path``
     where nothing else is in it."""
     record = read_manifest(path, REMOVING) or {}
-    cut_short = {f"{kind}.{record.get('commit', 0) + 1}.bin"
-                 for kind in record.get("snapshots", ())}
-    left = cut_short | set(record.get("replaced", ()))
+    left = cut_short(record) | set(record.get("replaced", ()))
     for name in sorted({STATES_FILE, TEMPORARY} | named_files(record) | left):
         (path / name).unlink(missing_ok=True)  # a link itself, never what it names
     (path / REMOVING).unlink(missing_ok=True)
@@ -141,3 +143,57 @@ def finish_removal(path: Path, remove_directory: bool = True) -> None:
             path.rmdir()
         except OSError:
             log.info("run_dir %s holds other files: left in place", path)
+
+
+
+def charge_ram(run: Any, options: Any, nbytes: int, bound: int, l1_slots: int,
+               engine_buffers: int) -> Any:
+    """For a run directory on a RAM-backed filesystem (``run``, a
+    :class:`~asyncckpt._execution.resume.RunDir`): bound the states of ``nbytes`` it may hold
+    to what ``bound`` bytes (the budget, or the default bound) leave beside ``l1_slots``
+    slots, the engine's buffers and the most its snapshot files hold at once
+    (:func:`snapshot_bytes`), as a DRAM tier's are (its ``room_for`` answers it, so "auto"
+    plans within it); the ``options`` the run follows (its slots fixed: the room beside them
+    is the directory's).
+
+    Raises
+    ------
+    MemoryBudgetError
+        Where no state fits, or a fixed interval stores more states than fit (naming the
+        least interval that fits).
+    """
+    storage = run.storage
+    snapshots = snapshot_bytes(run.outputs, run.adjoint, nbytes)
+    n, size = options.n_timesteps, padded(nbytes)
+    held = (bound - snapshots) // size - engine_buffers  # slots and the directory's states
+    if options.l1_slots is None:  # the budget's to split: half of it for the directory
+        l1_slots = max(1, min(l1_slots, held // 2))
+    room = held - l1_slots
+    where = (f"run_dir {str(storage.path)!r} is on a RAM-backed filesystem: its states count "
+             f"against the {bound} bytes of host memory beside {l1_slots} Level-1 slots, "
+             f"{engine_buffers} staging and prefetch buffers and {snapshots} bytes of "
+             "snapshots")
+    if room < 1:
+        raise MemoryBudgetError(f"{where}, which leave no room for a state: give a larger "
+                                "budget, fewer l1_slots, or a run_dir on a disk")
+    interval = options.interval
+    if isinstance(interval, int) and interval > 0 and -(-n // interval) > room:
+        raise MemoryBudgetError(
+            f"{where}: interval {interval} keeps {-(-n // interval)} states there, {room} fit "
+            f"(interval {-(-n // room)} is the least that fits); give a larger interval or "
+            "budget, or a run_dir on a disk")
+    storage.ram_room = room
+    return dataclasses.replace(options, l1_slots=l1_slots)
+
+
+def snapshot_bytes(outputs: Any, adjoint: Any, nbytes: int) -> int:
+    """The most bytes a run's snapshot files hold at once, each page-padded: in the forward
+    sweep three of ``outputs`` (the one named, one a commit under way writes, one the sweep
+    writes for the next) and u_n; in the reverse, the outputs, u_n, three of ``adjoint`` and
+    the live state the sweep left."""
+    def size(descriptor: Any) -> int:
+        if descriptor is None:
+            return 0
+        return padded(sum(int(np.asarray(a).nbytes) for a in descriptor.get_data(0)))
+    out, adj, state = size(outputs), size(adjoint), padded(nbytes)
+    return max(3 * out + state, out + 3 * adj + 2 * state)

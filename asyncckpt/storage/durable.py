@@ -38,6 +38,15 @@ class DurableFileStorage(FileStorage):
         As for :class:`FileStorage`.
     """
 
+    #: States the file may hold where it is in RAM and a budget bounds it (None: no bound)
+    ram_room: int | None = None
+
+    def room_for(self, nbytes: int) -> int | None:
+        room = super().room_for(nbytes)
+        if self.ram_room is None:
+            return room
+        return self.ram_room if room is None else min(room, self.ram_room)
+
     def _take_file(self, root: Path, direct: bool | None) -> None:
         self._lengths: dict[int, int] = {}
         self._open(root, direct)  # never a kept file: those have no name

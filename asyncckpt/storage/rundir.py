@@ -29,11 +29,13 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ..errors import CorruptionError, InvalidValueError, StorageError, UsageError
+from ..errors import CorruptionError, StorageError, UsageError
+from .snapshot_io import check_file, read_into, write_from
 
 __all__ = ["FORMAT", "MANIFEST", "REMOVING", "TEMPORARY", "DirectoryLock", "digest_of",
-           "fsync_directory", "lock_directory", "named_files", "open_own", "read_manifest",
-           "read_snapshot", "write_manifest", "write_snapshot"]
+           "check_snapshot", "cut_short", "digest_of", "flush_snapshot", "fsync_directory", "lock_directory",
+           "named_files", "open_own", "read_manifest", "read_snapshot", "stage_snapshot",
+           "write_manifest", "write_snapshot"]
 
 #: What a manifest says it is, and the version of its layout
 FORMAT = "asyncckpt-run/2"
@@ -265,42 +267,93 @@ def _check_name(manifest: Path, name: object) -> None:
                               "run writes in its directory")
 
 
+#: Commits after a manifest whose snapshots a kill may leave: the one under way, and the one
+#: whose snapshot the sweep writes meanwhile
+AHEAD = 2
+
+
+def cut_short(record: dict[str, Any]) -> set[str]:
+    """The snapshots a process killed after the manifest ``record`` was put in place may have
+    left unnamed: those of the :data:`AHEAD` commits after it (the run's own)."""
+    commit = int(record.get("commit", 0))
+    return {f"{kind}.{commit + ahead}.bin" for kind in record.get("snapshots", ())
+            for ahead in range(1, AHEAD + 1)}
+
+
 def named_files(record: dict[str, Any]) -> set[str]:
     """The files (besides the states) the manifest ``record`` names: its snapshots'."""
     return {value["file"] for value in record.values()
             if isinstance(value, dict) and isinstance(value.get("file"), str)}
 
 
-def _bytes_of(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Each array's bytes, as a flat uint8 view sharing its memory."""
-    for i, array in enumerate(arrays):
-        if not isinstance(array, np.ndarray) or not array.flags.c_contiguous:
-            raise InvalidValueError(f"array {i} of a snapshot is not a C-contiguous numpy "
-                                    f"array (got {type(array).__name__}): it cannot be "
-                                    "restored in place")
-    return [a.reshape(-1).view(np.uint8) for a in arrays]
-
-
-def digest_of(arrays: Sequence[np.ndarray]) -> int:
-    """The checksum of the bytes of ``arrays``, one after another (what a snapshot of them
-    records)."""
-    hasher = xxhash.xxh3_64()
-    for view in _bytes_of(arrays):
-        hasher.update(view.data)
-    return hasher.intdigest()
+def stage_snapshot(path: Path, arrays: Sequence[np.ndarray]) -> dict[str, Any]:
+    """Write the bytes of ``arrays`` (the program's own, in any layout) to ``path``, a file
+    made anew, in chunks, with no copy of them made and no flush (a commit flushes it,
+    :func:`flush_snapshot`); return the manifest's entry for it (its name, size and
+    checksum)."""
+    fd = open_own(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        size, digest = write_from(fd, arrays)
+    finally:
+        os.close(fd)
+    return {"file": path.name, "nbytes": size, "digest": digest}
 
 
 def write_snapshot(directory: Path, name: str, arrays: Sequence[np.ndarray]
                    ) -> dict[str, Any]:
-    """Write the bytes of ``arrays`` to ``directory/name``, a file made anew, flushed; return
-    the manifest's entry for it (its name, size and checksum)."""
-    views = _bytes_of(arrays)
-    _write_new(directory / name, [v.data for v in views])
-    return {"file": name, "nbytes": sum(v.nbytes for v in views), "digest": digest_of(arrays)}
+    """:func:`stage_snapshot` to ``directory/name``, flushed to the device."""
+    entry = stage_snapshot(directory / name, arrays)
+    flush_snapshot(directory, entry)
+    return entry
+
+
+def digest_of(arrays: Sequence[np.ndarray]) -> int:
+    """The checksum of the bytes of ``arrays``, one after another (what a snapshot of them
+    records), taken in chunks."""
+    return write_from(None, arrays)[1]
+
+
+def flush_snapshot(directory: Path, entry: dict[str, Any]) -> None:
+    """Flush the snapshot a manifest's ``entry`` names to the device."""
+    fd = open_own(directory / entry["file"], os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_snapshot(path: Path) -> int:
+    try:
+        return open_own(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise StorageError(f"{path}, named by the manifest, is missing") from None
+
+
+def check_snapshot(directory: Path, entry: dict[str, Any]) -> None:
+    """Raise unless the snapshot a manifest's ``entry`` names matches its checksum (read in
+    chunks: nothing is delivered, nothing copied whole).
+
+    Raises
+    ------
+    StorageError
+        If its file is missing.
+    CorruptionError
+        If its bytes do not match its checksum.
+    """
+    path = directory / entry["file"]
+    fd = _open_snapshot(path)
+    try:
+        size, digest = check_file(fd)
+    finally:
+        os.close(fd)
+    if size != entry["nbytes"] or digest != entry["digest"]:
+        raise CorruptionError(f"{path} is damaged: {size} bytes that do not match the "
+                              f"checksum of the {entry['nbytes']} the manifest recorded")
 
 
 def read_snapshot(directory: Path, entry: dict[str, Any], arrays: Sequence[np.ndarray]) -> None:
-    """Copy the snapshot a manifest's ``entry`` names into ``arrays``, after checking it.
+    """Read the snapshot a manifest's ``entry`` names into ``arrays`` (the program's own),
+    after checking it, in chunks (:func:`check_snapshot`; the bytes read in are checked again).
 
     Raises
     ------
@@ -310,18 +363,16 @@ def read_snapshot(directory: Path, entry: dict[str, Any], arrays: Sequence[np.nd
         If its bytes do not match its checksum.
     """
     path = directory / entry["file"]
+    expected = sum(int(np.asarray(a).nbytes) for a in arrays)
+    if expected != entry["nbytes"]:
+        raise StorageError(f"{path} holds {entry['nbytes']} bytes, the arrays to restore it "
+                           f"into {expected}")
+    check_snapshot(directory, entry)
+    fd = _open_snapshot(path)
     try:
-        data = _read_own(path)
-    except FileNotFoundError:
-        raise StorageError(f"{path}, named by the manifest, is missing") from None
-    views = _bytes_of(arrays)
-    if len(data) != entry["nbytes"] or _digest(data) != entry["digest"]:
-        raise CorruptionError(f"{path} is damaged: {len(data)} bytes that do not match the "
-                              f"checksum of the {entry['nbytes']} the manifest recorded")
-    if sum(v.nbytes for v in views) != len(data):
-        raise StorageError(f"{path} holds {len(data)} bytes, the arrays to restore it into "
-                           f"{sum(v.nbytes for v in views)}")
-    offset = 0
-    for view in views:
-        view[...] = np.frombuffer(data, np.uint8, view.nbytes, offset)
-        offset += view.nbytes
+        size, digest = read_into(fd, arrays)
+    finally:
+        os.close(fd)
+    if size != entry["nbytes"] or digest != entry["digest"]:
+        raise CorruptionError(f"{path} changed while it was read: {size} bytes that do not "
+                              f"match the checksum of the {entry['nbytes']} it had")
