@@ -31,7 +31,7 @@ PLANS = st.one_of(
     st.fixed_dictionaries({"l1_slots": st.integers(1, 3), "interval": st.integers(1, 6)}),
     st.fixed_dictionaries({"segments": st.integers(1, 40), "l1_slots": st.integers(1, 3),
                            "interval": st.integers(1, 4)}),
-    st.fixed_dictionaries({"memory_budget": st.sampled_from(["16KiB", "64KiB", "1MiB"])}))
+    st.fixed_dictionaries({"memory_budget": st.sampled_from(["32KiB", "64KiB", "1MiB"])}))
 
 FEATURES = ("dropout", "noise", "helpers", "batchnorm", "mixed", "eval")
 
