@@ -131,16 +131,19 @@ def engine_states(options: dict[str, Any], codec: Codec | None) -> int:
     return engine_buffers(staging, io_threads, codec, threads)
 
 
-def least_budget(budget: int, carry_bytes: int, engine: int) -> int:
+def least_budget(budget: int, carry_bytes: int, engine: int, held: int = 0) -> int:
     """The least of ``budget`` bytes the scan's checkpointer needs: a carry of ``carry_bytes``
     beside its ``engine`` transfer buffers (with fewer it would run Revolve in Level-1, which
-    XLA, running the segments, cannot serve); a budget below it is refused, as numpy's
-    checkpointer refuses one below a state, so the checkpointer never gets more than it."""
+    XLA, running the segments, cannot serve), beside the ``held`` bytes the scan itself holds
+    (XLA's segment backward and the host's carries in flight); a budget below both is
+    refused, as numpy's checkpointer refuses one below a state, so nothing runs beyond it."""
     least = (engine + 1) * state_bytes(carry_bytes)
-    if budget < least:
+    if budget < least + held:
         raise InvalidValueError(
             f"memory_budget of {budget} bytes is too small for one carry of {carry_bytes} "
             f"bytes ({state_bytes(carry_bytes)} with its page padding) and the checkpointer's "
-            f"{engine} transfer buffers (staging, prefetch and a codec's): it needs {least} "
+            f"{engine} transfer buffers (staging, prefetch and a codec's), beside the {held} "
+            "bytes the scan holds for one segment's backward (its residuals, the carries and "
+            f"cotangents XLA keeps and the host's carries in flight): it needs {least + held} "
             "bytes at the least")
     return least

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from ..planning import parse_bytes, scan_length
 from .checks import (check_carry, check_compression, check_interval, check_leaves, check_options,
                      check_returned, check_storage, engine_states)
+from .held import fixed_bytes, step_residual_bytes
 from .host import RUNS
 from .scan_plan import PRIOR_WRITE_BPS, Plan, nbytes, plan_scan, step_seconds
 from .sweeps import checkpointed
@@ -72,20 +73,15 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
     fn, consts = jax.closure_convert(step, carry, x0)
     returned, y0 = jax.eval_shape(fn, carry, x0, *consts)
     check_returned(carry, returned)
-    # what a step's backward keeps: the residuals of its cotangents in the carry and the
-    # closed-over arrays
-    residuals = jax.eval_shape(
-        lambda c, x, *k: jax.tree_util.tree_leaves(
-            jax.vjp(lambda c, *k: fn(c, x, *k), c, *k)[1]),
-        carry, x0, *consts)
+    carry_bytes = nbytes(carry)
     budget = None if memory_budget is None else parse_bytes("memory_budget", memory_budget)
     # the step is compiled and timed for "auto" alone
     step_s = step_seconds(fn, carry, x0, consts) if interval == "auto" else None
     chosen, chunk, checkpointer_budget = plan_scan(
-        n, nbytes(carry), nbytes(residuals), step_s, memory_budget=budget,
-        interval=interval if interval == "auto" else min(interval, n),
-        write_bps=RUNS.write_bps or PRIOR_WRITE_BPS,
-        engine_states=engine_states(options, codec))
+        n, carry_bytes, step_residual_bytes(fn, carry, x0, consts), step_s,
+        memory_budget=budget, interval=interval if interval == "auto" else min(interval, n),
+        write_bps=RUNS.write_bps or PRIOR_WRITE_BPS, engine_states=engine_states(options, codec),
+        fixed_bytes=fixed_bytes(carry_bytes, consts))
     if compression is not None:
         options["compression"] = compression
     plan = Plan(n, chosen, chunk, tuple(sorted({

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..planning import default_budget, engine_buffers
+from ..planning import default_budget, engine_buffers, state_bytes
 from . import wire
 from .checks import least_budget
 
@@ -105,8 +105,8 @@ def step_seconds(fn: Any, carry: Any, x: Any, consts: list[Any]) -> float:
 
 def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | None, *,
               memory_budget: int | None, interval: int | str = "auto",
-              write_bps: float = PRIOR_WRITE_BPS,
-              engine_states: int | None = None) -> tuple[int, int, int]:
+              write_bps: float = PRIOR_WRITE_BPS, engine_states: int | None = None,
+              fixed_bytes: int = 0) -> tuple[int, int, int]:
     """The interval, the chunk of a segment's recomputation (``Plan.chunk``; 0: none) and
     the checkpointer's memory budget, for ``n`` steps whose carry takes ``carry_bytes``, whose
     backward keeps ``residual_bytes`` a step and whose forward takes ``step_s`` (needed for
@@ -122,12 +122,17 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
     chunk's residuals stored while it is back-propagated, which holds segments of as many
     steps as the share's square over four carries' and residuals' bytes (a carry a step
     holds a share over two carries). A given interval recomputes where its steps' residuals
-    do not fit that share. The checkpointer gets the rest of the budget, and at least a carry
-    more than ``engine_states`` (its transfer buffers; default ``engine_buffers()``'s): a
-    budget below that is refused (``asyncckpt.jax.checks.least_budget``).
+    do not fit that share. ``fixed_bytes``: what the scan holds whatever the plan
+    (:func:`asyncckpt.jax.held.fixed_bytes`), taken off the budget first. The checkpointer
+    gets the rest, and at least a carry more than ``engine_states`` (its transfer buffers;
+    default ``engine_buffers()``'s): a budget below that, the fixed bytes and the chosen
+    segment's is refused (``asyncckpt.jax.checks.least_budget``).
     """
     budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
-    share = int(SEGMENT_SHARE * budget)
+    engine = engine_buffers() if engine_states is None else engine_states
+    left = budget - fixed_bytes
+    # the checkpointer's least (a carry beside its transfer buffers) comes first
+    share = max(min(int(SEGMENT_SHARE * left), left - (engine + 1) * state_bytes(carry_bytes)), 0)
     stored = residual_bytes + carry_bytes
     kept = 2 * carry_bytes
 
@@ -166,6 +171,6 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
             options.append((math.ceil(n / length) * segment_s, length, 0))
         _, chosen, chunk = min(options)
     # the checkpointer's transfer buffers and its live state, at the least
-    least = least_budget(budget, carry_bytes,
-                         engine_buffers() if engine_states is None else engine_states)
-    return chosen, chunk, max(budget - memory(chosen, chunk), least)
+    held = fixed_bytes + memory(chosen, chunk)
+    least = least_budget(budget, carry_bytes, engine, held)
+    return chosen, chunk, max(budget - held, least)
