@@ -141,7 +141,8 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         level1 = Level1(nbytes, link)
         # host memory however given is the default bound's; a run directory's is the run's
         memory = MemoryPlan.make(nbytes, options, on_host=link.device is None, ranks=ranks,
-                                 default_storage=run.storage is None and in_host_memory(storage))
+                                 default_storage=run.storage is None and in_host_memory(storage),
+                                 resident_level2=storage is not None and in_host_memory(storage))
         slots, in_level1 = memory.split(options.l1_slots, options.interval)
         if in_level1 and isinstance(run, RunDir):
             raise _without_level2(options, run, slots)
@@ -156,7 +157,7 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         owns = owns or run.storage is not None  # the run directory's Level-2 is the run's
         level2 = raw
         compressor = None
-        if options.codec is not None and not in_level1:
+        if options.codec is not None and not in_level1 and not memory.codec_declined:
             # the codec in front of all Level-2; it closes what it wraps where it was opened here
             level2 = compressor = CompressedStorage(raw, options.codec, close_inner=owns)
         opened = level2 if owns else None

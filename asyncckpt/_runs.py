@@ -113,6 +113,7 @@ class Runs:
         return Stats(n_timesteps=planner.n_timesteps or 0, l1_slots=planner.l1_slots,
                      l1_bytes=planner.l1_bytes, taping=self.taping,
                      taping_reason=self.taping_reason, device=self.device,
+                     compression_declined=planner.memory.codec_declined,
                      interval=planner.interval)
 
     def reverse_again(self) -> tuple[Stats, Iterator[Action]]:

@@ -77,6 +77,9 @@ class Stats:
     encoded_bytes: int = 0
     #: Of ``encoded_states``, the bytes after compression.
     encoded_stored_bytes: int = 0
+    #: Why ``compression="auto"`` runs no codec at all: its buffers leave Level-2 no room in
+    #: the memory budget beside the slots and the engine's buffers ("" where it may run).
+    compression_declined: str = ""
     #: Seconds the forward sweep waited for a free staging buffer (Level-2 not keeping up).
     write_stall_s: float = 0.0
     #: Seconds the reverse sweep waited for a prefetch to arrive.

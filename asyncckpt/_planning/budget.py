@@ -5,66 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import psutil
-
 from .._execution.device_link import DIGEST_WORD_BYTES
 from .._memory.buffers import padded
-from .._memory.numa import node_memory
-from .._memory.pool import POOL
 from ..errors import CheckpointError, InvalidValueError, MemoryBudgetError
-from ..storage.kept import kept_ram_bytes
-from .options import environment, parse_bytes
+from .codec_room import fit_codec
+from .host_bound import (MEMORY_SHARE, available_memory, bound_source, check_node_holds,
+                         default_bound)
 from .transfer_buffers import (DEFAULT_STAGING_BUFFERS, codec_buffers, codec_threads,
                                engine_buffers)
 
 __all__ = ["Budget", "DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "MemoryPlan", "available_memory",
            "check_node_holds", "codec_buffers", "codec_threads", "default_bound",
            "engine_buffers", "slot_candidates"]
-
-#: Share of the available memory a checkpointer keeps in host memory where no budget is given.
-MEMORY_SHARE = 0.25
-
-
-def available_memory() -> int:
-    """Memory available to a new checkpointer: the system's (psutil) and what asyncckpt's pool
-    and kept files in RAM keep for reuse."""
-    return psutil.virtual_memory().available + POOL.nbytes + kept_ram_bytes()
-
-
-def default_bound(available: int | None = None) -> int:
-    """Bytes of host memory a checkpointer holds where no budget is given:
-    ``$ASYNCCKPT_MEMORY_BUDGET`` where set, else :data:`MEMORY_SHARE` of ``available`` (default
-    :func:`available_memory`)."""
-    text = environment("ASYNCCKPT_MEMORY_BUDGET")
-    if text is not None:
-        return parse_bytes("ASYNCCKPT_MEMORY_BUDGET", text)
-    return int(MEMORY_SHARE * (available_memory() if available is None else available))
-
-
-def check_node_holds(node: int | None, memory: "MemoryPlan", l1_slots: int, in_level1: bool,
-                     slots_fixed: bool) -> None:
-    """Raise unless NUMA ``node`` (``l1_node``; None: unbound) has room for the most Level-1
-    may take: ``l1_slots`` slots (and the engine's buffers) where fixed, else the whole
-    ``memory_budget``, which "auto" may give to slots. Memory bound to a node
-    never spills to another: a fault beyond it meets the out-of-memory killer."""
-    if node is None:
-        return
-    need = memory.l1_bytes(l1_slots, in_level1)
-    if not slots_fixed and memory.budget is not None:
-        need = max(need, memory.budget.buffers * padded(memory.nbytes))
-    available = node_memory(node).available + POOL.nbytes  # the pool's may be the node's
-    if need > available:
-        hint = "" if slots_fixed else ", or fix l1_slots (\"auto\" may give slots the budget)"
-        raise MemoryBudgetError(
-            f"Level-1 may need {need} bytes on NUMA node {node} (l1_node={node}), which has "
-            f"{available} available: give fewer l1_slots or a smaller memory_budget{hint}")
-
-
-def _bound_source() -> str:
-    """Where :func:`default_bound` takes its bytes from, for messages."""
-    if environment("ASYNCCKPT_MEMORY_BUDGET") is not None:
-        return "$ASYNCCKPT_MEMORY_BUDGET"
-    return f"{MEMORY_SHARE:.0%} of the available memory"
 
 
 @dataclass(frozen=True)
@@ -149,35 +101,37 @@ class MemoryPlan:
     default_bound: int | None = None
     staging_buffers: int = DEFAULT_STAGING_BUFFERS
     codec_buffers: int = 0
+    #: why ``compression="auto"`` runs no codec: its buffers leave Level-2 no room ("": it may)
+    codec_declined: str = ""
 
     @classmethod
     def make(cls, nbytes: int, options: Any, *, on_host: bool, ranks: Any,
-             default_storage: bool = False) -> "MemoryPlan":
+             default_storage: bool = False, resident_level2: bool = True) -> "MemoryPlan":
         """The plan for states of ``nbytes`` bytes under a checkpointer's ``options`` (an
         :class:`~asyncckpt._planning.options.Options`); with an MPI job's ``ranks`` every budget
         is the least of the ranks', so that all run one plan. ``default_storage``: Level-2 is in
         host memory, wholly or a tier (:func:`~asyncckpt.storage.in_host_memory`), which
         without a budget :func:`default_bound` bounds where a run could reach it.
 
+        ``resident_level2``: Level-2 may keep states resident (None, a tier in host memory by
+        name or a backend's or a tmpfs directory); where not and ``l1_slots`` is given without
+        a budget, the slots and the engine's buffers bound what stays resident.
+
         A codec's :func:`codec_buffers` are set aside first, unless the run needs no Level-2
-        without them (then no codec runs)."""
-        plain = cls._make(nbytes, options, 0, on_host=on_host, ranks=ranks,
-                          default_storage=default_storage)
+        without them (then no codec runs). Where they leave Level-2 no room beside the slots
+        and the engine's buffers, ``compression="auto"`` is declined (``codec_declined`` says
+        why, and a log line) and a codec asked for by name is refused naming the bytes."""
+        made = dict(on_host=on_host, ranks=ranks, default_storage=default_storage,
+                    resident_level2=resident_level2)
+        plain = cls._make(nbytes, options, 0, **made)
         if options.codec is None:
             return plain
-        try:
-            if plain.split(options.l1_slots, options.interval)[1]:
-                return plain
-        except CheckpointError:
-            return plain  # refused without them already: the refusal names what was asked
-        codec = codec_buffers(options.codec, codec_threads(
-            options.io_threads, options.transfers, options.on_level2_error))
-        return cls._make(nbytes, options, codec, on_host=on_host, ranks=ranks,
-                         default_storage=default_storage)
+        return fit_codec(plain, options,
+                         lambda codec: cls._make(nbytes, options, codec, **made))
 
     @classmethod
     def _make(cls, nbytes: int, options: Any, codec: int, *, on_host: bool, ranks: Any,
-              default_storage: bool) -> "MemoryPlan":
+              default_storage: bool, resident_level2: bool) -> "MemoryPlan":
         """:meth:`make`'s plan with ``codec`` state buffers set aside."""
         memory_budget, host_memory_budget = options.memory_budget, options.host_memory_budget
         buffers = engine_buffers(options.staging_buffers, options.io_threads)
@@ -212,6 +166,12 @@ class MemoryPlan:
                     host_states = max(0, held - buffers)
             else:
                 bound = None  # the run cannot reach it
+        if on_host and budget is None and options.l1_slots is not None and not resident_level2:
+            # l1_slots alone: what stays resident is the slots and the engine's buffers,
+            # Level-2 goes where no resident memory is held (a DRAM tier of no room)
+            n, slots = options.n_timesteps, options.l1_slots
+            held = (slots if n is None else min(slots, n)) + buffers
+            host_buffers = held if host_buffers is None else min(host_buffers, held)
         return cls(nbytes, options.n_timesteps, options.taping, buffers, budget, host_states,
                    on_host, host_buffers, bound, options.staging_buffers, codec)
 
@@ -272,7 +232,7 @@ class MemoryPlan:
         raise MemoryBudgetError(
             f"l1_slots={l1_slots}{beside} need {need} buffers of {size} bytes ({need * size} "
             f"bytes), but without memory_budget host memory holds at most the default bound of "
-            f"{self.default_bound} bytes ({_bound_source()}), {self.host_buffers} buffers: give "
+            f"{self.default_bound} bytes ({bound_source()}), {self.host_buffers} buffers: give "
             "memory_budget, fewer slots or staging buffers, or storage on a disk")
 
     @property
@@ -301,3 +261,4 @@ class MemoryPlan:
         buffers (each padded to whole pages)."""
         used = l1_slots if self.n_timesteps is None else min(l1_slots, self.n_timesteps)
         return (used + (0 if in_level1 else self.engine_buffers)) * padded(self.nbytes)
+

@@ -463,19 +463,24 @@ def test_storage_none_without_a_budget_is_bounded_by_the_default(interval: str,
     assert bounded["adjoint"] == unbounded["adjoint"]
 
 
-def test_storage_none_where_every_state_fits_the_default_bound_stays_untiered() -> None:
-    """Below the default bound a run could not reach it: Level-2 stays one DRAM backend, whose
-    tiny transfers run inline; a run of unknown length could, so it is tiered."""
+def test_dram_named_where_every_state_fits_the_default_bound_stays_untiered() -> None:
+    """Below the default bound a run could not reach it: ``storage="dram"`` stays one DRAM
+    backend, whose tiny transfers run inline; a run of unknown length could, so it is tiered.
+    ``storage=None`` with ``l1_slots`` alone keeps no state in DRAM (a tier of no room): the
+    slots and the engine's buffers are all that stays resident."""
     model = RecurrentCell(50)
     with AsyncCheckpointer(model, Forward(model), Reverse(model), 50, l1_slots=2,
-                           interval=5) as ckp:
+                           interval=5, storage="dram") as ckp:
         assert isinstance(ckp.storage, HostMemoryStorage)
         assert ckp.plan.transfers == "inline"
         assert_bit_identical(forward_reverse(model, ckp), store_all_reference(model))
-    with AsyncCheckpointer(model, Forward(model), Reverse(model), None, l1_slots=2,
-                           interval=5) as ckp:
-        assert [type(tier) for tier in ckp.storage.tiers] == [HostMemoryStorage, FileStorage]
-        assert ckp.plan.capacities[1] is None
+    for n in (50, None):
+        with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=2,
+                               interval=5, storage="dram" if n is None else None) as ckp:
+            assert [type(tier) for tier in ckp.storage.tiers] == [HostMemoryStorage,
+                                                                  FileStorage]
+            assert ckp.plan.capacities[1] is None
+            assert (ckp.plan.capacities[0] == 0) == (n is not None), ckp.plan
 
 
 def test_plans_fit_the_room_of_a_small_device(small_tmpfs: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -259,3 +260,126 @@ def test_a_plan_without_level2_holds_no_file_in_ram(tiered: bool, shm_dir: Path,
         if tiered:
             storage.close()
         release_files()
+
+
+def slots_bytes(l1_slots: int, nbytes: int) -> int:
+    """What ``l1_slots`` alone lets stay resident: the slots and the engine's staging and
+    prefetch buffers, each padded to whole pages (docs/budgets.md)."""
+    from asyncckpt._memory.buffers import padded
+    from asyncckpt._planning.transfer_buffers import engine_buffers
+
+    return (l1_slots + engine_buffers()) * padded(nbytes)
+
+
+@pytest.mark.parametrize(("n", "nbytes", "l1_slots", "interval"), [
+    (400, MiB, 8, "auto"), (400, MiB, 8, 10), (1500, 587202, 6, "auto")])
+def test_slots_alone_bound_what_stays_resident(n: int, nbytes: int, l1_slots: int,
+                                               interval: int | str, disk_dir: Path) -> None:
+    """``l1_slots`` without memory_budget, ``storage=None``: the slots and the engine's buffers
+    are what stays resident, Level-2 goes to the temporary directory. ``l1_slots=8`` of 1 MiB
+    grew the peak by 405 MiB with "auto" and 52.6 with interval 10 (states in DRAM up to the
+    quarter-of-memory default bound), 1500 states of 0.56 MiB under ``l1_slots=6`` by 852 MiB;
+    "auto" on a disk also kept its 32 MiB cost probe resident beside a 12 MiB plan."""
+    report = accounted_run(n, nbytes, {"TMPDIR": str(disk_dir)}, l1_slots=l1_slots,
+                           interval=interval)
+    growth_within(report, slots_bytes(l1_slots, nbytes))
+    assert report["writes"][0] == 0 and report["writes"][1] > 0, report
+
+
+def test_auto_on_a_disk_holds_no_more_than_its_slots(disk_dir: Path) -> None:
+    """``l1_slots=8`` of 1 MiB, Level-2 a directory, "auto": the probe that prices faulting
+    buffers in made 32 MiB of them and the pool kept them (33.5 MiB grown where the plan
+    holds 12); it makes no more than the plan's buffers now."""
+    report = accounted_run(400, MiB, l1_slots=8, interval="auto", storage=str(disk_dir))
+    growth_within(report, slots_bytes(8, MiB))
+
+
+@pytest.mark.parametrize("interval", [1, 4, "auto"])
+def test_a_tmpfs_tier_beside_the_heap_counts_once(interval: int | str, shm_dir: Path,
+                                                  disk_dir: Path) -> None:
+    """``storage=[tmpfs, disk]`` under 32 MiB: what the tmpfs tier holds and what the heap
+    holds stay within the budget together at every moment sampled (resident and tmpfs
+    summed), for states of 0.56 and 2 MiB."""
+    budget = 32 * MiB
+    for nbytes in (587202, 2 * MiB):
+        report = accounted_run(200, nbytes, interval=interval, memory_budget=budget,
+                               storage=[str(shm_dir / "tier"), str(disk_dir)])
+        held_within(report, budget)
+        assert report["tmpfs_peak"] > 0 and report["writes"][1] > 0, report
+
+
+def _codec_run(compression: str, disk_dir: Path) -> dict:
+    """4.5 MiB states under 32 MiB, Level-2 a directory, ``compression``: its stats, or its
+    error (a child of its own: the codec's buffers are the process's)."""
+    code = f"""
+import json, logging, numpy as np
+from asyncckpt import ArrayCheckpoint, AsyncCheckpointer
+logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+state = np.zeros(int(4.5 * 2**20) // 8); adjoint = np.zeros_like(state)
+class Forward:
+    def apply(self, *, t_start, t_end):
+        for _ in range(t_start, t_end):
+            np.sin(state, out=state); np.add(state, 1.0, out=state)
+class Reverse:
+    def apply(self, *, t_start, t_end):
+        adjoint[:] += np.cos(state)
+try:
+    with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), 120,
+                           memory_budget="32MiB", storage={str(disk_dir)!r},
+                           compression={compression!r}) as ckp:
+        ckp.apply_forward(); ckp.apply_reverse()
+    print(json.dumps(ckp.stats.as_dict()))
+except ValueError as exc:
+    print(json.dumps({{"error": type(exc).__name__ + ": " + str(exc)}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "log": done.stderr}
+
+
+def test_a_codec_that_does_not_fit_beside_level2_is_declined_or_refused(disk_dir: Path
+                                                                        ) -> None:
+    """4.5 MiB states, 32 MiB, Level-2 a directory: the codec's four buffers leave no room for
+    Level-2 beside the engine's, and the run fell back to Revolve in Level-1 (interval 0,
+    no state encoded, 3.2 times as long) saying nothing. "auto" declines the codec, says so in
+    ``stats`` and keeps Level-2; "lz4" asked for by name is refused naming the bytes."""
+    pytest.importorskip("blosc2")
+    auto = _codec_run("auto", disk_dir)
+    assert auto["interval"] > 0 and auto["encoded_states"] == 0, auto
+    assert "no room" in auto["compression_declined"], auto
+    assert "42467328 bytes, more than memory_budget=33554432" in auto["compression_declined"]
+    assert "compression='auto' declined: " in auto["log"], auto["log"]
+    refused = _codec_run("lz4", disk_dir)
+    assert refused.get("error", "").startswith("InvalidValueError: compression="), refused
+    assert "42467328 bytes, more than memory_budget=33554432 bytes" in refused["error"]
+
+
+def documented_beyond_budget(value: str) -> str:
+    """The last column of docs/budgets.md's ``storage=`` table, for the row of ``value``."""
+    for line in (ROOT / "docs" / "budgets.md").read_text().splitlines():
+        if line.startswith(f"| {value} |"):
+            return line.rstrip(" |").rsplit("|", 1)[1].strip()
+    raise AssertionError(f"docs/budgets.md's storage= table has no row for {value}")
+
+
+@pytest.mark.parametrize(("storage", "row"), [
+    (None, "`None`"), ("dram", '`"dram"`'), ("numa:0", '`"numa:N"`')])
+def test_the_storage_names_do_what_the_table_says(storage: str | None, row: str,
+                                                  disk_dir: Path) -> None:
+    """200 states of 2 MiB under 24 MiB, interval 1: ``None`` spilled to the temporary
+    directory and ``"dram"`` and ``"numa:0"`` refused, where the table gave the three one row.
+    Each does what its row says; "auto" plans within the budget with each."""
+    budget, env = 24 * MiB, {"TMPDIR": str(disk_dir)}
+    beyond = documented_beyond_budget(row)
+    report = accounted_run(200, 2 * MiB, env, l1_slots=2, interval=1, memory_budget=budget,
+                           storage=storage)
+    if beyond == "refused":
+        assert "MemoryBudgetError" in report.get("error", ""), report
+        assert f"memory_budget={budget}" in report["error"], report
+    else:
+        assert beyond == "go to the temporary directory", beyond
+        growth_within(report, budget)
+        assert report["tiers"][1] == "FileStorage" and report["writes"][1] > 0, report
+    growth_within(accounted_run(200, 2 * MiB, env, interval="auto", memory_budget=budget,
+                                storage=storage), budget)
