@@ -45,7 +45,7 @@ def _byte_view(array: np.ndarray) -> np.ndarray:
 
 def _spans(view: np.ndarray) -> Iterator[memoryview]:
     for start in range(0, view.nbytes, CHUNK):
-        yield memoryview(view[start:start + CHUNK]).cast("B")
+        yield view[start:start + CHUNK].data.cast("B")
 
 
 def write_from(fd: int | None, arrays: Sequence[np.ndarray]) -> tuple[int, int]:
