@@ -15,7 +15,6 @@ taping steps (see :func:`schedules.revolve.untaped_forward_steps`).
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,8 +22,9 @@ from typing import Protocol
 
 from ._args import check_int
 from ._errors import InvalidValueError
+from ._ranges import range_counts
+from ._search import Remembered, beaten_up_to, full_lengths, least, lowest_dips
 from .costs import CodecCosts, Costs, Level2Tier, Prediction
-from .revolve import checkpoints_taken, loads_kept, optimal_recomputations
 from .timeline import simulate_times
 
 __all__ = [
@@ -46,45 +46,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class _Counts:
-    """What reversing one range costs in forward steps, forward calls and in-memory copies."""
-
-    steps: int
-    calls: int
-    copies: int
-
-    def seconds(self, costs: Costs, reverses: int) -> float:
-        return (self.steps * costs.tf + self.calls * costs.tcall + reverses * costs.adjoint
-                + self.copies * costs.tc)
-
-
-@functools.lru_cache(maxsize=1 << 16)  # "auto" prices thousands of plans over few ranges
-def _range_counts(length: int, snaps: int, taping: bool, slack: int, *,
-                  reaches_end: bool) -> _Counts:
-    """Counts of :func:`schedules.revolve.reverse_range` over ``length`` steps from a stored start
-    (or of :func:`~schedules.revolve.forward_then_reverse` with ``reaches_end``: the live state
-    is the start on entry and the range's forward part runs to u_n first).
-
-    Every reverse step but the last is followed by a load, but for those that find the state
-    held (``slack``, :func:`~schedules.revolve.loads_kept`); with taping each loop of the
-    generator advances once, and without, every loop but the reverse of a range's start does
-    (each store opens one more range).
-    """
-    if not taping and reaches_end:
-        length += 1  # the fictitious step n, whose reverse is dropped
-    stores = checkpoints_taken(length, snaps)
-    loads = length - 1 if reaches_end else length
-    kept = loads_kept(length, snaps, slack, taping, ends_forward=reaches_end) if slack else 0
-    if taping:
-        steps = length + optimal_recomputations(length, snaps)
-        calls = stores + length
-    else:
-        steps = optimal_recomputations(length, snaps)
-        calls = length - 1
-    return _Counts(steps, calls, stores + loads - kept)
-
-
 def predict_store_all(n_steps: int, costs: Costs, *, taping: bool = True) -> Prediction:
     """No memory limit: every state the reverse sweep reads is kept in memory (Revolve with n
     slots): one forward call per step, with taping one taping call per reverse step but the
@@ -102,7 +63,7 @@ def predict_revolve(n_steps: int, snaps: int, costs: Costs, *, taping: bool = Tr
     touches first: at most n)."""
     n = check_int("n_steps", n_steps, 1)
     snaps = check_int("snaps", snaps, 1)
-    counts = _range_counts(n, snaps, taping, costs.slack, reaches_end=True)
+    counts = range_counts(n, snaps, taping, costs.slack, True)
     faults = 0.0 if fresh is None else fresh.slots_s(min(snaps, n))
     total = counts.seconds(costs, n) + costs.tc + faults  # u_0's store is not in the range
     forward = n * costs.tf + costs.tcall + faults
@@ -126,32 +87,63 @@ def predict_async_multistage(n_steps: int, interval: int, l1_slots: int, costs: 
                              taping)
 
 
+@dataclass(frozen=True, slots=True)
+class _Interval:
+    """What a schedule of one interval costs apart from its Level-2 tier's ``tw`` and ``tr``:
+    computed once, priced against each tier."""
+
+    count: int
+    last: int
+    stores: int
+    compute_fwd: float
+    forward: float
+    full_s: float
+    last_s: float
+    reverse: float
+    steps: int
+    staging_buffers: int
+
+    def over(self, tw: float, tr: float, tx: float) -> Prediction:
+        """The prediction with Level-2 writes of ``tw`` and reads of ``tr`` seconds."""
+        count = self.count
+        write_stall = max(0.0, tw - self.compute_fwd) * max(0, self.stores - self.staging_buffers)
+        forward = self.forward + write_stall
+        # the first prefetch waits behind the writes still queued at the end of the forward
+        # sweep
+        queued = (min(self.staging_buffers, count) * max(0.0, tw - self.compute_fwd)
+                  if count > 1 else 0.0)
+        read_stall = max(0.0, queued + tr - self.last_s) if count > 1 else 0.0
+        read_stall += max(0.0, tr - self.full_s) * max(0, count - 2)
+        reverse = self.reverse + read_stall + self.stores * tx  # reads
+        return Prediction("async-multistage", forward + reverse, forward, reverse, self.steps,
+                          write_stall, read_stall)
+
+
+def _interval(n: int, interval: int, l1_slots: int, costs: Costs, staging_buffers: int,
+              taping: bool) -> _Interval:
+    """The tier-free terms of :func:`predict_async_multistage` of checked arguments."""
+    snaps = l1_slots + 1
+    count = -(-n // interval)
+    last = n - (count - 1) * interval
+    level2_stores = count - 1 + (last > 1 or not taping)
+    forward = (count - 1) * costs.advance(interval) + last * costs.tf \
+        + level2_stores * (costs.tc + costs.tx)
+    full = range_counts(interval, snaps, taping, costs.slack, False)
+    last_counts = range_counts(last, snaps, taping, costs.slack, True)
+    full_s = full.seconds(costs, interval)
+    last_s = last_counts.seconds(costs, last) - last * costs.tf  # its forward part is above
+    steps = (count - 1) * (interval + full.steps) + last_counts.steps
+    return _Interval(count, last, level2_stores, costs.advance(interval) + costs.tc + costs.tx,
+                     forward, full_s, last_s, last_s + (count - 1) * full_s, steps,
+                     staging_buffers)
+
+
 def _async_multistage(n: int, interval: int, l1_slots: int, costs: Costs, tw: float, tr: float,
                       staging_buffers: int, taping: bool) -> Prediction:
     """:func:`predict_async_multistage` of checked arguments, with the Level-2 costs ``tw`` and
     ``tr`` in place of those of ``costs`` (a tier's)."""
-    snaps = l1_slots + 1
-    count = math.ceil(n / interval)
-    last = n - (count - 1) * interval
-    level2_stores = count - 1 + (last > 1 or not taping)
-    compute_fwd = costs.advance(interval) + costs.tc + costs.tx
-    write_bound = max(0, level2_stores - staging_buffers)
-    write_stall = max(0.0, tw - compute_fwd) * write_bound
-    forward = (count - 1) * costs.advance(interval) + last * costs.tf \
-        + level2_stores * (costs.tc + costs.tx) + write_stall
-
-    full = _range_counts(interval, snaps, taping, costs.slack, reaches_end=False)
-    last_counts = _range_counts(last, snaps, taping, costs.slack, reaches_end=True)
-    full_s = full.seconds(costs, interval)
-    last_s = last_counts.seconds(costs, last) - last * costs.tf  # its forward part is above
-    # the first prefetch waits behind the writes still queued at the end of the forward sweep
-    queued = min(staging_buffers, count) * max(0.0, tw - compute_fwd) if count > 1 else 0.0
-    read_stall = max(0.0, queued + tr - last_s) if count > 1 else 0.0
-    read_stall += max(0.0, tr - full_s) * max(0, count - 2)
-    reverse = last_s + (count - 1) * full_s + read_stall + level2_stores * costs.tx  # reads
-    steps = (count - 1) * (interval + full.steps) + last_counts.steps
-    return Prediction("async-multistage", forward + reverse, forward, reverse, steps,
-                      write_stall, read_stall)
+    return _interval(n, interval, l1_slots, costs, staging_buffers, taping).over(tw, tr,
+                                                                                costs.tx)
 
 
 def adaptive_interval(costs: Costs, min_interval: int = 1) -> int:
@@ -252,11 +244,10 @@ def _tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
         slots = min(l1_slots, interval)
         faults = fresh.slots_s(slots)
         tiers = fresh.split(tiers, slots)
-    stores = math.ceil(n_steps / interval)
+    stores = -(-n_steps // interval)
     shares = _tier_shares(stores, tiers)
-    parts = [(taken / stores, _async_multistage(n_steps, interval, l1_slots, costs, tier.tw,
-                                                tier.tr, staging_buffers, taping))
-             for tier, taken in shares]
+    terms = _interval(n_steps, interval, l1_slots, costs, staging_buffers, taping)
+    parts = [(taken / stores, terms.over(tier.tw, tier.tr, costs.tx)) for tier, taken in shares]
     first = parts[0][1]
     return Prediction(
         "async_multistage_tiered",
@@ -272,6 +263,25 @@ def tiers_hold(n_steps: int, interval: int, tiers: Sequence[Level2Tier]) -> bool
     return None in room or sum(c for c in room if c is not None) >= math.ceil(n_steps / interval)
 
 
+#: How far apart the geometric grid's intervals are beyond ``max_candidates``.
+GRID_RATIO = 1.1
+
+#: The coarse grid's intervals are ``GRID_RATIO ** COARSE_STEPS`` apart; each of its
+#: :data:`DIPS` lowest dips is narrowed by square roots to ``GRID_RATIO``.
+COARSE_STEPS = 4
+DIPS = 2
+
+#: Full binomial lengths priced around each dip at most (:func:`~schedules._search.full_lengths`).
+FULL_LENGTHS = 8
+
+#: Runs of fewer intervals than this are priced on a grid ``GRID_RATIO ** FEW_STEPS``
+#: apart.
+FEW_INTERVALS = 64
+FEW_STEPS = 2
+
+#: The refinement stops at steps of ``I / EXACT_TO`` around the best interval I.
+EXACT_TO = 1024
+
 #: Intervals priced in each round of :func:`choose_interval`'s search beyond its grid.
 REFINE_POINTS = 16
 
@@ -279,16 +289,23 @@ REFINE_POINTS = 16
 def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffers: int = 2,
                     max_candidates: int = 4096, taping: bool = True,
                     tiers: Sequence[Level2Tier] | None = None,
-                    fresh: FirstTouch | None = None) -> IntervalChoice:
-    """Return the interval I in [1, n] with the least predicted time (closed form with stalls).
+                    fresh: FirstTouch | None = None,
+                    min_interval: int = 1) -> IntervalChoice:
+    """Return the interval I in [``min_interval``, n] with the least predicted time (closed
+    form with stalls).
 
-    Every I up to ``max_candidates`` is priced, and a geometric grid above it (10% apart), then
-    the range between the best grid point's neighbours, in rounds of :data:`REFINE_POINTS`
-    evenly spaced intervals each narrowed to the best one's neighbours, down to every interval; ties go to the smaller I (fewer states
-    recomputed, sooner overlap). With ``tw <= tf`` this is 1. With
-    ``tiers`` (a tiered Level-2, fastest first), each interval is priced by
-    :func:`predict_tiered` and intervals whose states the tiers cannot hold are skipped.
-    ``fresh`` prices the first touch of the memory each schedule uses (Revolve's included).
+    The first ``max_candidates`` intervals are priced one by one. Above them, a search whose
+    cost does not grow with n: a coarse grid (:data:`COARSE_STEPS`; finer where a run has
+    fewer than :data:`FEW_INTERVALS` intervals, whose last one's length makes the price bumpy)
+    and the full binomial lengths, where Revolve's recomputation per step dips, up to where
+    no interval can price below the best (:func:`~schedules._search.beaten_up_to`); then the :data:`DIPS`
+    lowest dips narrowed to :data:`GRID_RATIO` apart, and the range between the priced
+    intervals beside the best in rounds of :data:`REFINE_POINTS` evenly spaced intervals, down
+    to steps of I / :data:`EXACT_TO`. Ties go to the smaller I (fewer states recomputed,
+    sooner overlap). With ``tw <= tf`` this is 1. With ``tiers`` (a tiered Level-2, fastest
+    first), each interval is priced by :func:`predict_tiered` and intervals whose states the
+    tiers cannot hold are skipped. ``fresh`` prices the first touch of the memory each
+    schedule uses (Revolve's included).
 
     Raises
     ------
@@ -297,46 +314,78 @@ def choose_interval(n_steps: int, l1_slots: int, costs: Costs, *, staging_buffer
     """
     n = check_int("n_steps", n_steps, 1)
     l1_slots = check_int("l1_slots", l1_slots, 1)
-    candidates = set(range(1, min(n, max_candidates) + 1))
-    value = float(max_candidates)
-    while value < n:
-        candidates.add(int(value))
-        value *= 1.1
-    candidates.add(n)
+    first = check_int("min_interval", min_interval, 1, n)
+    max_candidates = check_int("max_candidates", max_candidates, 1)
     if tiers is None and fresh is not None:
         tiers = [Level2Tier(None, costs.tw, costs.tr)]
+    if fresh is not None and tiers is not None:
+        fresh = Remembered(fresh, tiers)
+    room = None if tiers is None or any(t.capacity is None for t in tiers) else sum(
+        t.capacity for t in tiers if t.capacity is not None)
+    priced: dict[int, Prediction | None] = {}  # None: the tiers cannot hold its states
     best_interval, best = 0, None
 
     def price(interval: int) -> None:
         nonlocal best_interval, best
+        if interval in priced or not first <= interval <= n:
+            return
         if tiers is None:
             prediction = _async_multistage(n, interval, l1_slots, costs, costs.tw, costs.tr,
                                            staging_buffers, taping)
-        elif tiers_hold(n, interval, tiers):
+        elif room is None or room >= -(-n // interval):  # the tiers hold its states
             prediction = _tiered(n, interval, l1_slots, costs, tiers, staging_buffers, taping,
                                  fresh)
         else:
+            priced[interval] = None
             return
-        if best is None or prediction.total_s < best.total_s * (1 - 1e-12):
+        priced[interval] = prediction
+        if best is None or prediction.total_s < best.total_s * (1 - 1e-12) or (
+                prediction.total_s <= best.total_s * (1 + 1e-12) and interval < best_interval):
             best_interval, best = interval, prediction
 
-    grid = sorted(candidates)
-    for interval in grid:
+    for interval in range(first, min(n, first + max_candidates - 1) + 1):
         price(interval)
+    above = first + max_candidates - 1
+    if above < n:
+        beaten, value = 0, float(above)
+        while value < n:  # the coarse grid, up to where no price can reach the best
+            if int(value) > beaten:
+                price(int(value))
+                if best is not None:
+                    beaten = max(beaten, beaten_up_to(n, int(value), l1_slots, costs,
+                                                       taping, best))
+            # few intervals of I steps make a bumpy price (the last one's length): 10% apart
+            value *= GRID_RATIO ** (FEW_STEPS if value * FEW_INTERVALS >= n else COARSE_STEPS)
+        price(n)
+        # and the full binomial lengths as far as they lie a grid step apart
+        for length in full_lengths(l1_slots + 1, above, n, apart=GRID_RATIO):
+            if length > beaten:  # one step more: the taping step's
+                price(length)
+                price(length + 1)
+        for centre in lowest_dips(priced, DIPS):  # each dip narrowed to GRID_RATIO apart
+            ratio = GRID_RATIO ** COARSE_STEPS
+            while ratio > GRID_RATIO * (1 + 1e-9):
+                ratio = math.sqrt(ratio)
+                for interval in (int(centre / ratio), int(centre * ratio)):
+                    price(interval)
+                centre = least(priced, (centre, int(centre / ratio), int(centre * ratio)))
+            # Revolve's recomputation per step dips at full binomial lengths
+            for length in full_lengths(l1_slots + 1, int(centre / ratio),
+                                        int(centre * ratio), most=FULL_LENGTHS):
+                for interval in (length - 1, length, length + 1):
+                    price(interval)
     if best is None:
         raise InvalidValueError("the Level-2 tiers hold no state: give one a capacity")
-    if best_interval > max_candidates:  # between the grid points beside the best
-        at = grid.index(best_interval)
-        low, high = grid[at - 1], grid[min(at + 1, len(grid) - 1)]
+    if best_interval > above:  # between the intervals priced beside the best
+        low = max(i for i in priced if i < best_interval)
+        high = min((i for i in priced if i > best_interval), default=best_interval)
         # rounds of REFINE_POINTS evenly spaced, each between the best one's neighbours, down
         # to every interval: O(log n) prices, where pricing each one took O(n)
         while high - low > 1:
             step = -(-(high - low) // REFINE_POINTS)
             for interval in range(low + step, high, step):
-                if interval not in candidates:
-                    candidates.add(interval)
-                    price(interval)
-            if step == 1:
+                price(interval)
+            if step <= max(1, best_interval // EXACT_TO):
                 break
             low, high = max(low, best_interval - step), min(high, best_interval + step)
     return IntervalChoice(best_interval, best,

@@ -54,11 +54,16 @@ def _repetitions(steps: int, snaps: int) -> int:
 def optimal_recomputations(n_steps: int, snaps: int) -> int:
     """Return p(n, s) = t n - C(s + t, t - 1): the forward steps an optimal schedule adds to the
     forward sweep's ``n`` (taping steps included)."""
-    reps = repetition_number(n_steps, snaps)
+    return _recomputations(check_int("n_steps", n_steps, 1), check_int("snaps", snaps, 1))
+
+
+def _recomputations(steps: int, snaps: int) -> int:
+    """:func:`optimal_recomputations` of checked arguments."""
+    reps = _repetitions(steps, snaps)
     if reps == 0:
         return 0
     # C(s + t, t - 1) = C(s + t, s) * t / (s + 1)
-    return reps * n_steps - math.comb(snaps + reps, reps) * reps // (snaps + 1)
+    return reps * steps - math.comb(snaps + reps, reps) * reps // (snaps + 1)
 
 
 def optimal_forward_steps(n_steps: int, snaps: int) -> int:

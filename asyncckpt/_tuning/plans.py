@@ -5,6 +5,7 @@ priced with and without the faults of fresh memory (:class:`~asyncckpt._tuning.c
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from schedules import AsyncMultistage
 from schedules.model import IntervalChoice
@@ -53,8 +54,10 @@ def candidate_plans(tuner: Pricing, planner: Planner, codecs: tuple[bool, ...], 
         candidates = [planner.l1_slots]
     plans: list[Plan] = []
     seen: set[tuple[int, int, bool]] = set()
-    for slots in candidates:
-        capacities = planner.capacities(slots)
+
+    def add(slots: int) -> list[Plan]:
+        """The plans of ``slots`` slots, added."""
+        capacities, added = planner.capacities(slots), []
         for compressed in codecs:
             found = _chosen_intervals(tuner, planner, slots, capacities, compressed, budgeted)
             if found is None:
@@ -68,7 +71,11 @@ def candidate_plans(tuner: Pricing, planner: Planner, codecs: tuple[bool, ...], 
                 plan = _priced(tuner, planner, (slots, capacities), interval, compressed,
                                choices[0], budgeted, seen, keep_single=level2_required)
                 if plan is not None:
-                    plans.append(plan)
+                    added.append(plan)
+        plans.extend(added)
+        return added
+
+    _search_slots(candidates, add)
     if budgeted and planner.n_timesteps is not None and not level2_required:
         _add_revolve_alone(tuner, planner, plans)
     if not plans:
@@ -76,6 +83,26 @@ def candidate_plans(tuner: Pricing, planner: Planner, codecs: tuple[bool, ...], 
             f"memory_budget={None if budget is None else budget.nbytes} bytes leaves no "
             f"room on Level-2 {planner.storage!r}")
     return plans
+
+
+def _search_slots(candidates: list[int], add: Callable[[int], list[Plan]]) -> None:
+    """Price the plans of every other slot count of ``candidates`` (the first three and the
+    last included), then of the counts beside those whose plans are the fastest (once warm,
+    and with faults): the price moves slowly with the slots, so the counts skipped elsewhere
+    are never the fastest, and a long run prices half as many."""
+    coarse = sorted({*candidates[:3], *candidates[::2], candidates[-1]})
+    fastest: dict[int, tuple[float, float]] = {}
+    for slots in coarse:
+        added = add(slots)
+        if added:
+            fastest[slots] = (min(p.warm_s for p in added), min(p.total_s for p in added))
+    nearby: set[int] = set()
+    for which in (0, 1):
+        if fastest:
+            at = candidates.index(min(fastest, key=lambda slots: fastest[slots][which]))
+            nearby.update(candidates[max(0, at - 1):at + 2])
+    for slots in sorted(nearby - set(coarse)):
+        add(slots)
 
 
 def _chosen_intervals(tuner: Pricing, planner: Planner, slots: int,

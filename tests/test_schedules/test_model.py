@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedules import AsyncMultistage, InvalidValueError, Revolve, simulate
+from schedules import model
 from schedules.model import (
     CodecCosts,
     Costs,
@@ -18,8 +19,10 @@ from schedules.model import (
     predict_async_multistage,
     predict_revolve,
     predict_store_all,
+    predict_tiered,
     simulate_times,
 )
+from schedules._search import beaten_up_to
 
 times = st.floats(0.1, 10.0, allow_subnormal=False)
 
@@ -92,6 +95,59 @@ def test_choose_interval_beyond_its_exhaustive_range_finds_the_best_within_a_ten
         best = choose_interval(n, slots, costs, max_candidates=n, tiers=tiers)
         worst = max(worst, found.prediction.total_s / best.prediction.total_s)
     assert worst <= 1.001
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), taping=st.booleans(), slack=st.sampled_from([0, 1]),
+       tiered=st.booleans())
+def test_no_interval_the_search_skips_prices_below_the_best_it_holds(data, taping: bool,
+                                                                    slack: int,
+                                                                    tiered: bool) -> None:
+    """The grid stops where recomputation alone costs more than the best price found: every
+    interval in [I, J] (J its bound) prices at least that best, whatever the costs."""
+    n = data.draw(st.integers(2, 600), label="n")
+    slots = data.draw(st.integers(1, 12), label="slots")
+    cost = st.floats(0.0, 30.0, allow_subnormal=False)
+    costs = Costs(tf=1.0, tb=1.0 + data.draw(cost, label="adjoint"), tw=data.draw(cost),
+                  tr=data.draw(cost), tc=data.draw(cost), tcall=data.draw(cost),
+                  tx=data.draw(cost), slack=slack)
+    tiers = [Level2Tier(5, costs.tw / 4, costs.tr / 4), Level2Tier(None, costs.tw, costs.tr)]
+
+    def price(interval: int):
+        if tiered:
+            return predict_tiered(n, interval, slots, costs, tiers, taping=taping)
+        return predict_async_multistage(n, interval, slots, costs, taping=taping)
+
+    held = price(data.draw(st.integers(1, n), label="held"))
+    start = data.draw(st.integers(1, n), label="start")
+    beaten = beaten_up_to(n, start, slots, costs, taping, held)
+    for interval in range(start, min(beaten, n) + 1):
+        assert price(interval).total_s >= held.total_s * (1 - 1e-9), interval
+
+
+def test_choosing_an_interval_prices_as_many_at_n_1e9_as_at_n_1e5(monkeypatch) -> None:
+    """The search's cost does not grow with n: a coarse grid, the dips it finds narrowed, and
+    a bound above which no interval can win."""
+    priced: list[int] = []
+    real = model._interval
+
+    def counted(n, interval, *args):
+        priced.append(interval)
+        return real(n, interval, *args)
+
+    monkeypatch.setattr(model, "_interval", counted)
+    counts: dict[tuple[int, int], int] = {}
+    for n in (10**5, 10**7, 10**9):
+        for slots in (1, 3, 30, 3000):
+            costs = Costs(tf=1e-6, tb=3e-6, tw=4e-5, tr=2e-5, tc=2e-6, tcall=1e-6)
+            tiers = [Level2Tier(20_000, 4e-6, 2e-6, in_memory=True),
+                     Level2Tier(None, 4e-5, 2e-5)]
+            priced.clear()
+            choose_interval(n, slots, costs, max_candidates=64, tiers=tiers)
+            counts[n, slots] = len(priced)
+    assert max(counts.values()) <= 150, counts  # every interval 10% apart: 238 at n = 1e9
+    for slots in (1, 3, 30, 3000):
+        assert counts[10**9, slots] <= counts[10**5, slots] + 40, counts
 
 
 def test_choose_interval_grows_with_the_write_time() -> None:
