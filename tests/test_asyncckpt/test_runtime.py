@@ -261,7 +261,9 @@ def test_auto_interval_calibrates_and_records_its_prediction() -> None:
     n = 200
     model = RecurrentCell(n)
     reference = store_all_reference(model)
-    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3) as ckp:
+    # Level-2 in DRAM by name: with l1_slots alone, storage=None keeps no state resident
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3,
+                           storage="dram") as ckp:
         for run_number in range(2):
             assert_bit_identical(forward_reverse(model, ckp), reference)
             calibration = ckp.stats.calibration
@@ -279,7 +281,8 @@ def test_auto_interval_calibrates_and_records_its_prediction() -> None:
             assert doubted is False or run_number == 1
     assert "interval='auto'" in repr(ckp)
     # the next checkpointer of the same operators and state size starts from what was learned
-    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3) as ckp:
+    with AsyncCheckpointer(model, Forward(model), Reverse(model), n, l1_slots=3,
+                           storage="dram") as ckp:
         assert_bit_identical(forward_reverse(model, ckp), reference)
         # (a second run beyond DOUBT times its prediction waits for the next to confirm it)
         learned = 1 if doubted else 2
