@@ -247,14 +247,16 @@ def _tiered(n_steps: int, interval: int, l1_slots: int, costs: Costs,
     stores = -(-n_steps // interval)
     shares = _tier_shares(stores, tiers)
     terms = _interval(n_steps, interval, l1_slots, costs, staging_buffers, taping)
-    parts = [(taken / stores, terms.over(tier.tw, tier.tr, costs.tx)) for tier, taken in shares]
-    first = parts[0][1]
-    return Prediction(
-        "async_multistage_tiered",
-        faults + sum(w * p.total_s for w, p in parts),
-        faults + sum(w * p.forward_s for w, p in parts),
-        sum(w * p.reverse_s for w, p in parts), first.forward_steps,
-        sum(w * p.write_stall_s for w, p in parts), sum(w * p.read_stall_s for w, p in parts))
+    total = forward = reverse = write_stall = read_stall = 0.0
+    for tier, taken in shares:  # each tier's prediction, weighted by the states it holds
+        weight, part = taken / stores, terms.over(tier.tw, tier.tr, costs.tx)
+        total += weight * part.total_s
+        forward += weight * part.forward_s
+        reverse += weight * part.reverse_s
+        write_stall += weight * part.write_stall_s
+        read_stall += weight * part.read_stall_s
+    return Prediction("async_multistage_tiered", faults + total, faults + forward, reverse,
+                      terms.steps, write_stall, read_stall)
 
 
 def tiers_hold(n_steps: int, interval: int, tiers: Sequence[Level2Tier]) -> bool:

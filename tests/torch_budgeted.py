@@ -67,7 +67,7 @@ else:
     x = torch.randn(batch, channels, size, size)
 
     def one_step():  # torch's own: one plain forward and backward step of the model
-        net[1](net[0](x[:1])).sum().backward()
+        net[1](net[0](x)).sum().backward()
 
     def run(plain=False):
         out = net(x) if plain else at.checkpoint_sequential(net, x, **w["options"])

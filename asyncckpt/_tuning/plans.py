@@ -21,7 +21,7 @@ __all__ = ["PRICED_INTERVALS", "candidate_plans", "codec_choices", "log_plans"]
 #: Intervals "auto" prices one by one for each slot count, before a grid 10% apart and every
 #: interval beside the grid's best (see :func:`schedules.model.choose_interval`): as good as
 #: pricing every interval, at a fraction of the cost (docs/measurements.md).
-PRICED_INTERVALS = 64
+PRICED_INTERVALS = 16
 
 
 def codec_choices(tuner: Pricing, has_codec: bool, compress_auto: bool) -> tuple[bool, ...]:
