@@ -25,11 +25,12 @@ def activation_shapes(layers: Sequence[Any], input: torch.Tensor) -> list[tuple[
 
 
 def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[
-        list[tuple[Any, Any]], list[int | None], list[list[torch.Tensor]]]:
+        list[tuple[Any, Any]], list[int], list[list[torch.Tensor]], list[tuple[int, int]]]:
     """The stack's first pass: :func:`activation_shapes`, the bytes each layer's graph keeps
     for its backward (the tensors autograd saves, each storage once, the layer's parameters
-    and buffers not at all) and the tensors needing a gradient each layer reaches, found by
-    autograd in its graph.
+    and buffers not at all), the tensors needing a gradient each layer reaches, found by
+    autograd in its graph, and of each layer's bytes, those that are its input and its output
+    (a segment's input is its live state, and its last output is held anyway).
 
     Each layer runs once under enable_grad on the one before's output, its graph let go before
     the next runs (so the pass holds one layer's graph at a time), with the random generators
@@ -37,8 +38,9 @@ def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[
     (``torch._meta_registrations``, sympy), some 70 MiB resident from the first use in a
     process, which no run of the model itself loads."""
     shapes = [(input.shape, input.dtype)]
-    graph: list[int | None] = []
+    graph: list[int] = []
     reached: list[list[torch.Tensor]] = []
+    ends: list[tuple[int, int]] = []
     generators = Generators([input])
     x, counted = input.detach(), False  # counted: the pass before counted x as saved
     for i, layer in enumerate(layers):
@@ -69,10 +71,13 @@ def meta_pass(layers: Sequence[Any], input: torch.Tensor) -> tuple[
         if counted:  # the input, saved by the layer before too, is counted once
             held.add(x.untyped_storage().data_ptr())
         graph.append(sum(b for ptr, b in saved.items() if ptr not in held))
-        counted = out.untyped_storage().data_ptr() in saved
+        x_ptr, out_ptr = x.untyped_storage().data_ptr(), out.untyped_storage().data_ptr()
+        ends.append((0 if x_ptr in held else saved.get(x_ptr, 0),
+                     0 if out_ptr in held or out_ptr == x_ptr else saved.get(out_ptr, 0)))
+        counted = out_ptr in saved
         x = out.detach()
         shapes.append((x.shape, x.dtype))
-    return shapes, graph, reached
+    return shapes, graph, reached, ends
 
 
 class Passes:

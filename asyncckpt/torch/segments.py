@@ -3,7 +3,7 @@ start."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -28,8 +28,8 @@ GRAPH_OVERHEAD = 1.5
 
 
 def graph_share(nbytes: int, options: dict[str, Any], kept: float, *, name: str = "",
-                unit: str = "step", graph: int = 0,
-                gradients: int = 0) -> tuple[int | None, dict[str, Any]]:
+                unit: str = "step", graph: int = 0, gradients: int = 0, output: int = 0,
+                overhead: float = GRAPH_OVERHEAD) -> tuple[int | None, dict[str, Any]]:
     """How many bytes autograd may save for one segment's graph within ``memory_budget`` (in
     ``options``; by default a quarter of the available memory, unless ``l1_slots`` is given;
     None where no budget is given), and the checkpointer's options, a copy of ``options``
@@ -39,7 +39,9 @@ def graph_share(nbytes: int, options: dict[str, Any], kept: float, *, name: str 
     segment's backward holds beside its graph: the parameters' gradient sums, the state's
     gradient in and out), the checkpoints (at least one slot and the engine's buffers; the
     share ``kept`` of what is left where the largest ``unit``'s ``graph`` still fits beside
-    them) and a segment's graph at :data:`GRAPH_OVERHEAD` times what autograd saves.
+    them) and a segment's graph at ``overhead`` times ``graph`` (by default
+    :data:`GRAPH_OVERHEAD` times what autograd saves; 1 where ``graph`` is what the segment's
+    backward holds, as a stack measures it), and the ``output`` the call returns.
 
     Raises
     ------
@@ -54,18 +56,19 @@ def graph_share(nbytes: int, options: dict[str, Any], kept: float, *, name: str 
         budget = default_budget(nbytes)
     budget = parse_bytes("memory_budget", budget)
     live, least = state_bytes(nbytes), (engine_buffers() + 1) * state_bytes(nbytes)
-    one = math.ceil(graph * GRAPH_OVERHEAD)
-    need = live + gradients + least + one
+    one = math.ceil(graph * overhead)
+    need = live + output + gradients + least + one
     if budget < need:
+        returned = f", the output it returns ({output})" if output else ""
         raise MemoryBudgetError(
             f"{name}: memory_budget={budget} bytes is below the {need} bytes its tightest plan "
-            f"needs, a segment of one {unit}: the live state ({live}), the checkpoints' least "
-            f"({least}: one slot and {engine_buffers()} engine buffers of {state_bytes(nbytes)} "
-            f"bytes), the largest {unit}'s graph ({one}) and its backward's gradients "
-            f"({gradients}); give at least {need} bytes")
-    rest = budget - live - gradients
+            f"needs, a segment of one {unit}: the live state ({live}){returned}, the "
+            f"checkpoints' least ({least}: one slot and {engine_buffers()} engine buffers of "
+            f"{state_bytes(nbytes)} bytes), the largest {unit}'s graph ({one}) and its "
+            f"backward's gradients ({gradients}); give at least {need} bytes")
+    rest = budget - live - output - gradients
     checkpoints = max(least, min(int(rest * kept), rest - one))
-    return int((rest - checkpoints) / GRAPH_OVERHEAD), {**options, "memory_budget": checkpoints}
+    return int((rest - checkpoints) / overhead), {**options, "memory_budget": checkpoints}
 
 
 def in_segments(options: dict[str, Any], count: int) -> dict[str, Any]:
@@ -77,7 +80,8 @@ def in_segments(options: dict[str, Any], count: int) -> dict[str, Any]:
     return options
 
 
-def segment_starts(graph: Sequence[int], segments: int | None, most: int | None) -> list[int]:
+def segment_starts(graph: Sequence[int], segments: int | None, most: int | None,
+                   held: Callable[[int, int], int] | None = None) -> list[int]:
     """Where each segment of a stack of layers begins, and the number of layers at the end.
 
     Parameters
@@ -90,6 +94,9 @@ def segment_starts(graph: Sequence[int], segments: int | None, most: int | None)
         ``most`` bytes (a layer alone where it keeps more), and at least sqrt(layers) of them,
         so that a segment's graph is at most the share of the whole that torch's advice
         gives.
+    held
+        The bytes a segment of layers ``begin`` to ``end`` (inclusive) holds, compared with
+        ``most``; by default the sum of their ``graph``.
     """
     n = len(graph)
     if segments is not None:
@@ -98,12 +105,21 @@ def segment_starts(graph: Sequence[int], segments: int | None, most: int | None)
         count = min(segments, n)
         return [n * k // count for k in range(count)] + [n]
     cap = -(-sum(graph) // (math.isqrt(n - 1) + 1))  # ceil(total / ceil(sqrt(n)))
+    starts = [0]
+    if held is not None:
+        total = graph[0]
+        for t in range(1, n):
+            total += graph[t]
+            if total > cap or (most is not None and held(starts[-1], t) > most):
+                starts.append(t)
+                total = graph[t]
+        return starts + [n]
     if most is not None:
         cap = min(cap, most)
-    starts, held = [0], 0
+    total = 0  # a running sum: a scan's steps are many
     for t, nbytes in enumerate(graph):
-        if t > starts[-1] and held + nbytes > cap:
+        if t > starts[-1] and total + nbytes > cap:
             starts.append(t)
-            held = 0
-        held += nbytes
+            total = 0
+        total += nbytes
     return starts + [n]

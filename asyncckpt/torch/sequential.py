@@ -10,6 +10,7 @@ from ..checkpointer import AsyncCheckpointer
 from ..errors import InvalidTypeError, InvalidValueError
 
 from .function import ForwardOperator, ReverseOperator, apply_checkpointed
+from .held import SegmentHeld
 from .passes import PASSES, Passes, meta_pass
 from .preserve import LateDraw, UnlistedLeafError, differentiable
 from .recompute import SegmentedRun, backward_through
@@ -38,18 +39,18 @@ class SequentialRun(SegmentedRun):
         if passed is None:
             passed = meta_pass(self.layers, input)
             PASSES.put(key, self.layers, passed)
-        self.shapes, graph, reached = passed
+        self.shapes, graph, reached, ends = passed
         sizes = [torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
                  for shape, dtype in self.shapes]
-        # a layer run for real, off the meta device: its input and output, as a bound
-        graph = [sizes[t] + sizes[t + 1] if g is None else g for t, g in enumerate(graph)]
-        # gradients: a layer's new sums and parts, the activation's in and out (the sums so far
-        # are the parameters' gradients, outside the budget as the parameters are)
+        # what a segment's backward holds, its parameters' new gradient sums among it (the sums
+        # so far are the parameters' gradients, outside the budget as the parameters are);
+        # beside it the activation's gradient in and out, and the output the call returns
+        held = SegmentHeld(self.layers, sizes, graph, ends, reached)
         most, options = graph_share(
             max(sizes), options, STACK_CHECKPOINTS_SHARE, name=self.name, unit="layer",
-            graph=max(graph), gradients=2 * max(sizes) + 2 * max(
-                sum({id(p): p.nbytes for p in ps}.values()) for ps in reached))
-        self.starts = segment_starts(graph, segments, most)
+            graph=held.largest_layer(), gradients=2 * max(sizes), output=sizes[-1],
+            overhead=1.0)
+        self.starts = segment_starts(graph, segments, most, held)
         self.sizes = [sizes[t] for t in self.starts]
         self.params = [list({id(p): p for t in range(begin, end)
                              for p in reached[t]}.values())

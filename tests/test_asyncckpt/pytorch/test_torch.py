@@ -298,11 +298,12 @@ def test_the_meta_pass_counts_what_each_layer_keeps_for_its_backward():
     from asyncckpt.torch.sequential import meta_pass
 
     layers = [torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)]
-    shapes, graph, _ = meta_pass(layers, torch.randn(4, 8))
+    shapes, graph, _, ends = meta_pass(layers, torch.randn(4, 8))
     assert [tuple(shape) for shape, _ in shapes] == [(4, 8), (4, 16), (4, 16), (4, 2)]
     # the first Linear keeps its input (128 bytes), tanh its output (256), and the second
     # Linear that same output again: counted once; parameters and their views never
     assert graph == [4 * 8 * 4, 4 * 16 * 4, 0]
+    assert ends == [(4 * 8 * 4, 0), (0, 4 * 16 * 4), (0, 0)]  # of them, inputs and outputs
     # a parameter's meta copy, freed, must not lend its id to a later layer's saved tensor
     # (before the copies were held, 2 passes in 300 dropped tanh's output)
     for _ in range(300):
@@ -335,20 +336,24 @@ def test_a_budget_holds_the_checkpoints_and_one_segments_graph():
     net = torch.nn.Sequential(*[layer for _ in range(12)
                                 for layer in (torch.nn.Linear(256, 256), torch.nn.Tanh())])
     x = torch.randn(64, 256, requires_grad=True)  # 64 KiB activations
-    from asyncckpt.torch.segments import GRAPH_OVERHEAD
-
     budget = 2**21
     out = checkpoint_sequential(net, x, memory_budget=budget)
     run = out.grad_fn.run
-    _, graph, _ = meta_pass(list(net), x)
-    held = [sum(graph[a:b]) for a, b in zip(run.starts, run.starts[1:])]
-    # the live activation, a layer's gradients (its parameters' twice, the activation's in
-    # and out), the checkpoints (half of the rest) and the longest segment's graph as it
-    # is resident, GRAPH_OVERHEAD times what autograd saves
-    gradients = 2 * (256 * 257 * 4) + 2 * 2**16
-    rest = budget - 2**16 - gradients
+    _, graph, _, _ = meta_pass(list(net), x)
+    # the live activation, the output returned, the activation's gradients in and out, the
+    # checkpoints (half of the rest) and the segment that holds most: what autograd saves
+    # beyond its input, its output, the backward's seed and its parameters' new gradients
+    # (each Linear's 256 x 257 floats) with one layer's parts beside them
+    rest = budget - 4 * 2**16
     assert run.checkpointer.memory_budget == rest // 2
-    assert max(held) * GRAPH_OVERHEAD <= rest - rest // 2 and len(held) < len(net)
+    params = 256 * 257 * 4
+    for a, b in zip(run.starts, run.starts[1:]):
+        linears = (b - a + a % 2) // 2
+        seed = 2**16 if b - a > 1 else 0
+        held = sum(graph[a:b]) - (graph[a] if a == 0 else 0) + seed + linears * params \
+            + (params if linears else 0) + (0 if (b - 1) % 2 else 2**16)
+        assert held <= rest - rest // 2
+    assert len(run.starts) - 1 < len(net)
     tensors = [x, *net.parameters()]
     ours = sequential_gradients(lambda: out, tensors)
     assert_bitwise(ours, sequential_gradients(lambda: net(x), tensors))

@@ -47,6 +47,35 @@ def test_a_stack_whose_layer_does_not_fit_the_budget_is_refused_naming_the_bytes
     assert "tightest plan needs" in report["error"] and "give at least" in report["error"]
 
 
+CNN = {"batch": 8, "channels": 32, "size": 64, "depth": 8}  # 4 MiB activations
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="peak resident set from /proc")
+def test_a_stack_of_convolutions_is_refused_below_one_layers_backward():
+    # the plan charged a segment's graph at 1.5 times the bytes autograd saves: at 48 MiB it
+    # kept 5 slots and segments of up to 4 layers, and the first call grew 57.8 MiB, beyond
+    # 48 + 1% + 4 (a convolution's backward holds two activations of workspace beside its
+    # input's gradient, and the backward's seed stays while the layers before take theirs)
+    report = run_torch_in_process("cnn", options={"memory_budget": 48 * MiB}, **CNN)
+    assert report["calls"] == [], report
+    assert report["error"].startswith("MemoryBudgetError: checkpoint_sequential: "
+                                      "memory_budget=50331648 bytes is below the 50405632 "
+                                      "bytes its tightest plan needs"), report
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="peak resident set from /proc")
+def test_a_stack_of_convolutions_stays_within_its_budget(tmp_path):
+    # the same plan as at 48 MiB (5 slots, 4-layer segments) grew 57.8 MiB under 52 MiB
+    budget = 52 * MiB
+    report = run_torch_in_process("cnn", options={"memory_budget": budget},
+                                  grads_path=str(tmp_path / "ours.pt"), **CNN)
+    plain = run_torch_in_process("cnn", plain=True, grads_path=str(tmp_path / "plain.pt"),
+                                 **CNN)
+    assert report["calls"][0] <= bound(budget), report
+    ours, reference = torch.load(tmp_path / "ours.pt"), torch.load(tmp_path / "plain.pt")
+    assert all(a.numpy().tobytes() == b.numpy().tobytes() for a, b in zip(ours, reference))
+
+
 def test_the_first_pass_holds_no_layers_graph_after_it():
     # a layer's output saved as itself by the pass's hook held its graph in a cycle: the
     # whole stack's activations stayed alive after the pass
