@@ -57,4 +57,5 @@ class TransferCounters:
         self.writes += 1
         self.bytes_written += nbytes
         self.held += 1
-        self.peak_held = max(self.peak_held, self.held)
+        if self.held > self.peak_held:
+            self.peak_held = self.held

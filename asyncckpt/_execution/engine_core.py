@@ -14,7 +14,7 @@ from ..storage import Storage
 from .counters import TransferCounters
 from .bounded import BoundedCalls, Stalled
 from .engine_buffers import EngineBuffers
-from .futures import DaemonExecutor, Outcome
+from .futures import Completed, DaemonExecutor, Outcome
 from .ledger import Ledger, Transfer
 from .link import HostLink, Link
 from .recovery import Recovery
@@ -73,7 +73,13 @@ class EngineCore:
         recorded; one an interrupt cuts short goes on on the thread of ``calls``, ahead of
         every later call there, the delete of its key (recorded in the sizes) included."""
         if self._executor is None:
-            outcome = self.calls.submit(transfer, f"{kind} of u_{key}", key, *args)
+            if self.calls.inline:  # own memory: nothing can stall, so no call is named
+                try:
+                    outcome = Completed(transfer(key, *args))
+                except Exception as exc:  # carried like a worker thread's failure
+                    outcome = Completed(exception=exc)
+            else:
+                outcome = self.calls.submit(transfer, f"{kind} of u_{key}", key, *args)
             table[key] = Transfer(key, kind, outcome, buffer)
             return
         future: Future[Any] = Future()
@@ -92,6 +98,8 @@ class EngineCore:
 
     def _await(self, futures: list[Outcome], what: str, key: int) -> None:
         """Wait for ``futures`` (the ``what`` of u_key) at most the deadline, else raise."""
+        if all(future.done() for future in futures):  # inline transfers: named only if waited on
+            return
         try:
             self.calls.wait(futures, f"{what} of u_{key}")
         except Stalled as exc:

@@ -50,10 +50,12 @@ class EngineReads(EngineWrites):
             self._reads[key] = Transfer(key, "read", Completed(exception=TransferError(
                 f"u_{key} was never written to Level-2")), buffer)
             return
-        self._start(self._reads, "read", key, buffer, self._transfers.read, buffer,
-                    self._sizes[key], self._digests.get(key), self._ledger.writing(key))
+        size = self._sizes[key]
+        write = self._writes.get(key)
+        self._start(self._reads, "read", key, buffer, self._transfers.read, buffer, size,
+                    self._digests.get(key), None if write is None else write.future)
         self.counters.reads += 1
-        self.counters.bytes_read += self._sizes[key]
+        self.counters.bytes_read += size
 
 
     def _arrived(self, key: int) -> bool:
@@ -72,14 +74,17 @@ class EngineReads(EngineWrites):
         return False
 
 
-    def load(self, key: int, arrays: Sequence[np.ndarray]) -> bool:
-        """Wait for the prefetch of u_key and copy it into ``arrays``.
+    def load(self, key: int, arrays: Sequence[np.ndarray], nbytes: int | None = None) -> bool:
+        """Wait for the prefetch of u_key and copy it into ``arrays`` (``nbytes`` in all where
+        the caller knows).
 
         Returns False, with ``arrays`` untouched, when u_key is lost (recompute policy): the
         caller then rebuilds it and hands it back with :meth:`recovered`.
         """
         self.check()
-        check_size(key, self._sizes[key], arrays, "Level-2")
+        stored = self._sizes[key]
+        if nbytes != stored:
+            check_size(key, stored, arrays, "Level-2")
         if not self._arrived(key):
             return False
         start = time.perf_counter()
@@ -142,7 +147,8 @@ class EngineReads(EngineWrites):
         self.check()
         read = self._reads.pop(key, None)
         if read is not None:
-            self._await([read.future], "read", key)  # the buffer is in use until its read ends
+            if not read.future.done():  # the buffer is in use until its read ends
+                self._await([read.future], "read", key)
             self._free_prefetch.append(read.buffer)
         self.counters.held -= 1
         if key in self._writes:

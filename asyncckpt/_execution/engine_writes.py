@@ -29,7 +29,7 @@ class EngineWrites(EngineCore):
 
 
     def _reap_write(self) -> None:
-        write = self._writes.pop(self._ledger.oldest_write().key)
+        write = self._writes.pop(next(iter(self._writes)))  # the oldest
         key = write.key
         future = write.future
         buffer = write.buffer
@@ -64,8 +64,9 @@ class EngineWrites(EngineCore):
         return self.recovery.write_failed(key, exc, again), staged[0]
 
 
-    def store(self, key: int, arrays: Sequence[np.ndarray]) -> None:
-        """Copy ``arrays`` (u_key) into a staging buffer and write it in the background."""
+    def store(self, key: int, arrays: Sequence[np.ndarray], nbytes: int | None = None) -> None:
+        """Copy ``arrays`` (u_key, ``nbytes`` in all where the caller knows) into a staging
+        buffer and write it in the background."""
         self.check()
         if not self._free_staging and not self._writes:
             raise ScheduleError(f"store of u_{key}: the engine holds no staging buffer (a run "
@@ -79,16 +80,17 @@ class EngineWrites(EngineCore):
             self.counters.write_stall_s += time.perf_counter() - start
             self._reap_write()
         buffer = self._free_staging.pop()
-        size = sum(a.nbytes for a in arrays)
+        size = sum([a.nbytes for a in arrays]) if nbytes is None else nbytes
+        counters = self.counters
         start = time.perf_counter()
         ticket = self._link.send(arrays, buffer, size, self._transfers.digests)
-        self.counters.copy_s += time.perf_counter() - start
-        self.counters.copies += 1
+        self.last_submit = submit = time.perf_counter()
+        counters.copy_s += submit - start
+        counters.copies += 1
         self._sizes[key] = size
-        self.last_submit = time.perf_counter()
         self._start(self._writes, "write", key, buffer, self._transfers.write, buffer, size,
                     ticket, self._transfers.epoch)
-        self.counters.stored(size)
+        counters.stored(size)
 
 
     def writing_for(self) -> float | None:

@@ -60,12 +60,12 @@ class HostLink:
 
     def copy_out(self, arrays: Sequence[Any], slot: Any) -> None:
         """Copy the live ``arrays`` into a Level-1 ``slot``."""
-        if not self._copy_split(arrays, slot, out=True):
+        if not (self._split_copies and self._copy_split(arrays, slot, out=True)):
             copy_out(arrays, slot)
 
     def copy_in(self, slot: Any, arrays: Sequence[Any]) -> None:
         """Copy a Level-1 ``slot`` into the live ``arrays``."""
-        if not self._copy_split(arrays, slot, out=False):
+        if not (self._split_copies and self._copy_split(arrays, slot, out=False)):
             copy_in(slot, arrays)
 
     def _copy_split(self, arrays: Sequence[Any], buffer: np.ndarray, out: bool) -> bool:

@@ -209,20 +209,25 @@ class Interpreter:
                     stats.loads_kept += 1  # the arrays hold u_step: a copy would change nothing
                 case Load(step=step, tier=Tier.L1):
                     level1.load(step, self.arrays(step, into=True), self._known_nbytes)
-                    self._holding(step)
+                    if ring is not None:
+                        self._holding(step)
                 case Load(step=step):
                     if ring is not None:
                         ring.forget()  # a lost state is rebuilt in the arrays
                     self._level2(self._load, step, stats)
-                    self._holding(step)
+                    if ring is not None:
+                        self._holding(step)
                 case Store(step=step, tier=Tier.L1):
                     level1.store(step, self.arrays(step, into=False), self._known_nbytes)
-                    stats.l1_peak_slots = max(stats.l1_peak_slots, len(level1.held))
-                    self._holding(step)
+                    if len(level1.held) > stats.l1_peak_slots:
+                        stats.l1_peak_slots = len(level1.held)
+                    if ring is not None:
+                        self._holding(step)
                 case Store(step=step):
                     self._level2(self._store, step, stats)
                     self._boundary()
-                    self._holding(step)
+                    if ring is not None:
+                        self._holding(step)
                 case Free(step=step, tier=Tier.L1):
                     level1.free(step)
                 case Free(step=step):
@@ -264,10 +269,12 @@ class Interpreter:
                 self.ring.forget()
 
     def _store(self, step: int, stats: Stats) -> None:
-        self.engine.store(step, self.arrays(step, into=False))
+        arrays = self.arrays(step, into=False)
+        self.engine.store(step, arrays, self._known_nbytes)
 
     def _load(self, step: int, stats: Stats) -> None:
-        if not self.engine.load(step, self.arrays(step, into=True)):
+        arrays = self.arrays(step, into=True)
+        if not self.engine.load(step, arrays, self._known_nbytes):
             self._recompute(step, stats)
 
     def _level2(self, transfer: Callable[[int, Stats], None], step: int, stats: Stats) -> None:

@@ -101,7 +101,12 @@ class HostTimer:
     def end(self, mark: Any, steps: int, start: int | None = None) -> None:
         """A forward call of ``steps`` steps from u_``start`` (0 steps: a reverse step) that
         began at ``mark``."""
-        self.add(time.perf_counter() - mark, steps, start)
+        elapsed = time.perf_counter() - mark
+        if steps:  # :meth:`add`, unrolled: it runs for every call of a sweep
+            self.stats.forward_compute_s += elapsed
+            self.fit.add(steps, elapsed, start)
+        else:
+            self.stats.reverse_compute_s += elapsed
 
     def add(self, elapsed: float, steps: int, start: int | None = None) -> None:
         if steps:

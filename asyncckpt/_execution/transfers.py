@@ -146,6 +146,9 @@ class Transfers:
     def delete_within(self, key: int, calls: BoundedCalls, until: float | None = None) -> None:
         """:meth:`delete` within the deadline of ``calls`` (and by ``until``); one that stalls
         leaves the key stale: it may yet delete it, or not."""
+        if calls.inline:  # own memory: nothing to bound, and no call to name
+            self.delete(key)
+            return
         try:
             calls.call(f"delete of u_{key}", self.delete, key, until=until)
         except Stalled:

@@ -30,7 +30,7 @@ import psutil
 from ..errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["NodeMemory", "bind", "check_node", "distances", "hwloc_tiers", "kernel_tiers",
-           "memory_nodes", "node_memory", "node_of", "parse_node_list"]
+           "memory_nodes", "node_memory", "node_of", "node_of_buffer", "parse_node_list"]
 
 #: where the kernel lists the nodes
 SYSFS = Path("/sys/devices/system/node")
@@ -137,6 +137,12 @@ def node_of(address: int) -> int | None:
         if word:
             return index * _WORD_BITS + (word & -word).bit_length() - 1
     return None
+
+
+def node_of_buffer(buffer: Any) -> int | None:
+    """:func:`node_of` the memory of ``buffer``, its address not asked for where no mapping
+    was ever bound (``ndarray.ctypes`` costs microseconds, and stores ask for every state)."""
+    return node_of(buffer.ctypes.data) if _bound.is_set() else None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 import psutil
 
 from .._memory.buffers import padded
-from .._memory.numa import check_node, node_memory, node_of
+from .._memory.numa import check_node, node_memory, node_of_buffer
 from .._memory.pool import POOL
 from ..errors import StorageError, StorageFullError, StorageKeyError
 from .base import Storage, gib
@@ -158,7 +158,7 @@ class HostMemoryStorage(Storage):
         than a page-padded copy of it would is copied instead, so that every state is held at
         its own size, and so is a buffer of another NUMA node than this backend's (a Level-1
         bound by ``l1_node``), so that each keeps its memory where it was put."""
-        if padded(nbytes) < buffer.nbytes or node_of(buffer.ctypes.data) != self.node:
+        if padded(nbytes) < buffer.nbytes or node_of_buffer(buffer) != self.node:
             self.put(key, buffer[:nbytes])
             return buffer
         return self._store("adopt", key, buffer.nbytes, buffer)
