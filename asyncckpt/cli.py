@@ -17,39 +17,14 @@ from schedules.model import (
     predict_store_all,
 )
 
+from ._cli_args import mib, positive_int, seconds, table
+from ._cli_bound import add_bound
 from ._memory import numa
 from ._memory.buffers import aligned_buffer, copy_out
 from ._tuning.calibrate import measure_transfer
 from .storage import HostMemoryStorage, Storage, open_storage
 
 __all__ = ["main", "build_parser"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a time in seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a time >= 0 seconds, got {text!r}")
-    return value
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    line = "  ".join(h.rjust(w) for h, w in zip(header, widths))
-    body = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join([line, "  ".join("-" * w for w in widths), *body])
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -72,7 +47,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                      f"{prediction.total_s:.4g}", f"{prediction.total_s / store_all.total_s:.3f}"])
     print(f"n = {n}, l1_slots = {slots}, tf = {costs.tf:g} s, tb = {costs.tb:g} s, "
           f"tw = {costs.tw:g} s, tr = {costs.tr:g} s (forward steps validated by simulate())")
-    print(_table(rows, ["strategy", "interval", "forward steps", "F/n", "predicted s",
+    print(table(rows, ["strategy", "interval", "forward steps", "F/n", "predicted s",
                         "vs store-all"]))
     if costs.tw == 0 and costs.tr == 0:
         print("tw = tr = 0 (the defaults): Level-2 transfers cost nothing here, so the shortest "
@@ -87,16 +62,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def _storage(text: str) -> Storage:
     return open_storage(text)[0]
-
-
-def _mib(text: str) -> int:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size in MiB, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a size > 0 MiB, got {text!r}")
-    return max(1, int(value * 2**20))
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -125,7 +90,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         ["asyncckpt", str(choice.interval), f"{choice.prediction.total_s:.4g}",
          f"{choice.prediction.total_s / store_all:.3f}"],
     ]
-    print(_table(rows, ["strategy", "interval", "predicted s", "vs store-all"]))
+    print(table(rows, ["strategy", "interval", "predicted s", "vs store-all"]))
     print(f"recommended interval: {choice.interval} (write stall {choice.prediction.write_stall_s:.3g} s, "
           f"read stall {choice.prediction.read_stall_s:.3g} s predicted)")
     return 0
@@ -192,7 +157,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         write, read = _node_rates(node, args.mib, args.repeats)
         rows.append([str(node), size, free, available, write, read, kernel.get(node, "-"),
                      hwloc.get(node, "-"), " ".join(map(str, numa.distances(node))) or "-"])
-    print(_table(rows, ["node", "GiB", "free GiB", "available GiB", "write GB/s", "read GB/s",
+    print(table(rows, ["node", "GiB", "free GiB", "available GiB", "write GB/s", "read GB/s",
                         "kernel tier", "hwloc", "distances"]))
     print(f"rates: one state of {args.mib / 2**20:.2f} MiB copied into and out of the node's "
           f"memory by this thread, median of {args.repeats}; use l1_node=N for Level-1 and "
@@ -212,18 +177,18 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Print a table of Revolve against asynchronous multistage "
                          "checkpointing at several intervals: forward steps (each schedule "
                          "validated) and the performance model's predicted time.")
-    sim.add_argument("--n", type=_positive_int, default=1000, help="time steps (default 1000)")
-    sim.add_argument("--l1-slots", type=_positive_int, default=10,
+    sim.add_argument("--n", type=positive_int, default=1000, help="time steps (default 1000)")
+    sim.add_argument("--l1-slots", type=positive_int, default=10,
                      help="Level-1 checkpoint slots (default 10)")
-    sim.add_argument("--interval", type=_positive_int, action="append",
+    sim.add_argument("--interval", type=positive_int, action="append",
                      help="an interval to show (repeatable; default 1, 2, 5, 10, ... up to n)")
-    sim.add_argument("--tf", type=_seconds, default=1.0, help="seconds per forward step (default 1)")
-    sim.add_argument("--tb", type=_seconds, default=2.0,
+    sim.add_argument("--tf", type=seconds, default=1.0, help="seconds per forward step (default 1)")
+    sim.add_argument("--tb", type=seconds, default=2.0,
                      help="seconds per reverse step, its taping step included (default 2)")
-    sim.add_argument("--tw", type=_seconds, default=0.0,
+    sim.add_argument("--tw", type=seconds, default=0.0,
                      help="seconds to write a state to Level-2 (default 0: free, so every "
                           "interval hides its transfers; 'tune' measures a device)")
-    sim.add_argument("--tr", type=_seconds, default=0.0,
+    sim.add_argument("--tr", type=seconds, default=0.0,
                      help="seconds to read a state back (default 0, as --tw)")
     sim.set_defaults(func=cmd_simulate)
 
@@ -235,14 +200,14 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--storage", default="dram",
                       help="'dram', 'numa:N' (NUMA node N's memory) or a directory on the "
                            "device (default dram)")
-    tune.add_argument("--mib", type=_mib, default=8 * 2**20, help="state size in MiB (default 8)")
-    tune.add_argument("--tf", type=_seconds, required=True, help="seconds per forward step")
-    tune.add_argument("--tb", type=_seconds, required=True,
+    tune.add_argument("--mib", type=mib, default=8 * 2**20, help="state size in MiB (default 8)")
+    tune.add_argument("--tf", type=seconds, required=True, help="seconds per forward step")
+    tune.add_argument("--tb", type=seconds, required=True,
                       help="seconds per reverse step, its taping step included")
-    tune.add_argument("--n", type=_positive_int, default=1000, help="time steps (default 1000)")
-    tune.add_argument("--l1-slots", type=_positive_int, default=10,
+    tune.add_argument("--n", type=positive_int, default=1000, help="time steps (default 1000)")
+    tune.add_argument("--l1-slots", type=positive_int, default=10,
                       help="Level-1 slots (default 10)")
-    tune.add_argument("--repeats", type=_positive_int, default=5,
+    tune.add_argument("--repeats", type=positive_int, default=5,
                       help="measurements, median taken (default 5)")
     tune.set_defaults(func=cmd_tune)
 
@@ -252,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "the runtime's own I/O path, flush them, drop them from the page cache "
                            "and read them back in reverse order.")
     bench.add_argument("path", help="a directory on the device, or 'dram'")
-    bench.add_argument("--state-mib", type=_mib, default=8 * 2**20,
+    bench.add_argument("--state-mib", type=mib, default=8 * 2**20,
                        help="state size in MiB (default 8)")
     bench.add_argument("--total-gib", type=float, default=1.0,
                        help="GiB to write in all (default 1)")
@@ -264,11 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "memory, the rates at which a state is copied into and out of each "
                            "(as the calibration measures a 'numa:N' tier), the kernel's memory "
                            "tier and hwloc's names where hwloc is installed.")
-    nodes.add_argument("--mib", type=_mib, default=64 * 2**20,
+    nodes.add_argument("--mib", type=mib, default=64 * 2**20,
                        help="state size in MiB (default 64)")
-    nodes.add_argument("--repeats", type=_positive_int, default=5,
+    nodes.add_argument("--repeats", type=positive_int, default=5,
                        help="measurements, median taken (default 5)")
     nodes.set_defaults(func=cmd_nodes)
+    add_bound(sub)
     return parser
 
 

@@ -26,6 +26,11 @@ into the compute of its steps at those quiet costs, the compute beyond them insi
 its copies, the checkpoint descriptor's calls, the runtime's own bookkeeping and what ran
 outside the checkpointer (``<method>_where``; they add up to the run's wall time).
 
+The machine's bound (with ``--memory``): the least time any plan of the gradient could take in
+the same bytes (``schedules.bound``), from the quiet costs, the state's copy and a write and a
+read of a state on ``--disk`` measured while a thread computes beside them; the line gives each
+method over it (``<method>_over_bound``).
+
 Equal memory (``--memory SHARE|BYTES``): both sides get the same bytes for checkpoints. SHARE
 is a share of the run's states ("2%" or "0.02"), BYTES a size ("148MiB"). pyrevolve gets as many
 slots as whole states fit in it; asyncckpt gets it as ``memory_budget`` (Level-1 slots, staging
@@ -137,6 +142,26 @@ def _quiet_costs(solver: Any, rec: Any, nt: int, space_order: int,
     quiet = {k: statistics.median(v) for k, v in times.items()}
     quiet["copy_warm"] = quiet.pop("copy_100_warm") / 100
     return quiet
+
+
+def _bound(n: int, memory: int, state_bytes: int, quiet: dict[str, float], disk: Path,
+           repeats: int) -> dict[str, Any]:
+    """The least time any plan of the gradient could take in ``memory`` bytes on this machine
+    (:func:`schedules.bound.machine_bound`): the quiet step costs, the state's copy, and a
+    write and a read on the disk measured while a thread computes beside them."""
+    from asyncckpt._cli_bound import device_costs
+    from asyncckpt._memory.buffers import padded
+    from schedules.bound import machine_bound
+    from schedules.model import Costs
+
+    tw, tr, _ = device_costs(str(disk), state_bytes, max(3, repeats))
+    tf = quiet["forward_one_call"] / n
+    costs = Costs(tf=tf, tb=tf + quiet["reverse_call_per_step"] / n, tw=tw, tr=tr,
+                  tc=quiet["copy_warm"])
+    found = machine_bound(n, max(1, memory // padded(state_bytes)), costs, taping=False)
+    return {"total_s": round(found.total_s, 3), "compute_s": round(found.compute_s, 3),
+            "device_s": round(found.device_s, 3), "interval": found.interval,
+            "slots": found.slots, "tw_ms": round(tw * 1e3, 3), "tr_ms": round(tr * 1e3, 3)}
 
 
 def _where(run: dict[str, float], quiet: dict[str, float], n: int) -> dict[str, float]:
@@ -369,6 +394,8 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
             "disk": str(disk)}
     floor = quiet["forward_one_call"] + quiet["reverse_call_per_step"]
     out["floor_s"] = round(floor, 3)
+    if memory:  # the machine's bound at the same memory (schedules.bound)
+        out["bound"] = _bound(n, memory, state_bytes, quiet, disk, args.repeats)
     out["seconds_per_step"] = {m: round(v / n, 6) for m, v in median.items()}
     out["seconds_per_step"]["floor"] = round(floor / n, 6)
     warm_copies = n * quiet["copy_warm"]
@@ -389,6 +416,8 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
             "paired": {k: paired(times[protocol], times[f"{protocol}-I{k}"], skip_first=True)
                        for k in fixed}}
     out[f"{peer}_over_floor"] = round(median[peer] / floor, 3)
+    if "bound" in out:
+        out[f"{peer}_over_bound"] = round(median[peer] / out["bound"]["total_s"], 3)
     for method in (m for m in methods if "+" in m):  # with a codec: beside the same protocol
         final = runs[method][-1]
         out[f"{method}_over_uncompressed"] = round(
@@ -407,6 +436,8 @@ def measure(args: argparse.Namespace, nt: int, disk: Path) -> dict[str, Any]:
         if with_history:
             out[f"{method}_over_full_history"] = round(median[method] / median["full-history"], 3)
         out[f"{method}_over_limit"] = round(median[method] / limit[method], 3)
+        if "bound" in out:
+            out[f"{method}_over_bound"] = round(median[method] / out["bound"]["total_s"], 3)
         # the last run: where the time went, once costs were learned
         final = runs[method][-1]
         out[f"{method}_last_run"] = {k: v if isinstance(v, (list, str)) else round(float(v), 3)

@@ -33,6 +33,20 @@ def test_bench_storage(capsys, shm_dir: Path) -> None:
     assert list(shm_dir.iterdir()) == []
 
 
+def test_bound_sets_runs_against_the_machine(capsys, disk_dir: Path) -> None:
+    assert main(["bound", "--storage", str(disk_dir), "--mib", "1", "--tf", "0.002", "--tb",
+                 "0.005", "--n", "400", "--memory-mib", "12", "--repeats", "2",
+                 "--run", "ours=2.5", "--run", "peer=4.0"]) == 0
+    out = capsys.readouterr().out
+    floor = float(out.split("floor ")[1].split(" s")[0])
+    bound = float(out.split("bound ")[1].split(" s")[0])
+    assert floor == pytest.approx(400 * (0.002 + 0.005)) and bound >= floor
+    assert "memory 12 states" in out and "over bound" in out
+    ours = next(line for line in out.splitlines() if line.strip().startswith("ours"))
+    assert float(ours.split()[2]) == pytest.approx(2.5 / bound, abs=1e-3)
+    assert list(disk_dir.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -42,6 +56,8 @@ def test_bench_storage(capsys, shm_dir: Path) -> None:
         (["tune", "--tf", "x", "--tb", "1"], "expected a time in seconds, got 'x'"),
         (["bench-storage", "/proc/no-such-dir"], "cannot be created"),
         (["simulate", "--tb", "-1"], "expected a time >= 0 seconds"),
+        (["bound", "--storage", "dram", "--tf", "1", "--tb", "2", "--n", "9", "--memory-mib",
+          "1", "--run", "2.5"], "expected NAME=SECONDS, got '2.5'"),
     ],
 )
 def test_bad_values_exit_with_a_message(argv: list[str], message: str) -> None:
@@ -52,7 +68,7 @@ def test_bad_values_exit_with_a_message(argv: list[str], message: str) -> None:
 
 
 def test_help_for_each_command() -> None:
-    for command in ("simulate", "tune", "bench-storage", "nodes"):
+    for command in ("simulate", "tune", "bench-storage", "nodes", "bound"):
         done = subprocess.run([sys.executable, "-m", "asyncckpt", command, "--help"],
                               capture_output=True, text=True)
         assert done.returncode == 0 and "usage:" in done.stdout
