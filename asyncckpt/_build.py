@@ -26,7 +26,7 @@ from ._execution.run_files import charge_ram
 from .errors import UsageError
 from .storage import CompressedStorage, Storage, in_host_memory, level2_spec, open_level2
 from ._tuning.auto import AutoPlanner
-from ._planning.budget import MemoryPlan, check_node_holds, default_bound
+from ._planning.budget import MemoryPlan, check_node_holds
 from ._planning.devito_ring import live_ring
 from ._tuning.calibrate import THREAD_HANDOFF_S, measure_codec, measure_level2
 from ._planning.options import Options
@@ -147,8 +147,8 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         if in_level1 and isinstance(run, RunDir):
             raise _without_level2(options, run, slots)
         if isinstance(run, RunDir) and run.storage.holds_process_memory:  # on tmpfs
-            options = charge_ram(run, options, nbytes, memory.budget.nbytes if memory.budget
-                                 else default_bound(), slots, memory.engine_buffers)
+            options = charge_ram(run, options, nbytes, memory.host_room(), slots,
+                                 memory.engine_buffers)
             slots = options.l1_slots
         check_node_holds(options.l1_node, memory, slots, in_level1, options.l1_slots is not None)
         bounded = memory.bounds_level2(in_level1)

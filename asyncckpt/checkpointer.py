@@ -21,6 +21,7 @@ from ._execution.resumable import unwind_reverse
 from ._planning.budget import DEFAULT_STAGING_BUFFERS
 from ._build import build
 from ._lifetime import Closing
+from ._planning.environment import Environment
 from ._planning.options import Options, check_operator, check_stop
 from ._planning.plan import RunPlan
 from ._planning.taping import decide_taping
@@ -131,15 +132,16 @@ class AsyncCheckpointer(Closing):
         self.nbytes = check_descriptor(checkpoint)
         check_operator(fwd_operator=fwd_operator, rev_operator=rev_operator)
         self.checkpoint, self.dtype = checkpoint, as_dtype(checkpoint.dtype)
+        environment = Environment.read()  # once: the runs use what it was built with
         options = self._options = Options.parse(
             n_timesteps, l1_slots=l1_slots, interval=interval, memory_budget=memory_budget,
             host_memory_budget=host_memory_budget, staging_buffers=staging_buffers,
             io_threads=io_threads, transfers=transfers, verify=verify, compression=compression,
             dtype=self.dtype, on_level2_error=on_level2_error, blas_threads=blas_threads,
-            taping=decide_taping(taping, checkpoint, fwd_operator, rev_operator),
+            taping=decide_taping(taping, checkpoint, fwd_operator, rev_operator, environment),
             keep_trace=keep_trace, transfer_timeout=transfer_timeout, l1_node=l1_node,
             run_dir=run_dir, outputs=outputs, adjoint=adjoint, keep_run_dir=keep_run_dir,
-            keep_forward=keep_forward)
+            keep_forward=keep_forward, environment=environment)
         self.n_timesteps, self.keep_trace = options.n_timesteps, options.keep_trace
         #: the actions the last run executed (with ``keep_trace=True``)
         self.trace: list[Action] = []

@@ -8,11 +8,13 @@ from ._memory.buffers import padded
 from ._memory.numa import check_node
 from ._planning.budget import (DEFAULT_STAGING_BUFFERS, MEMORY_SHARE, available_memory,
                                codec_threads, default_bound, engine_buffers)
-from ._planning.options import (check_choice, check_int, check_operator, environment,
-                                parse_bytes, parse_flag, parse_interval)
+from ._planning.environment import Environment, environment
+from ._planning.options import (check_choice, check_int, check_operator, parse_bytes,
+                                parse_flag, parse_interval)
 from .errors import InvalidValueError, MemoryBudgetError
 
-__all__ = ["DEFAULT_STAGING_BUFFERS", "MEMORY_SHARE", "available_memory", "check_choice",
+__all__ = ["DEFAULT_STAGING_BUFFERS", "Environment", "MEMORY_SHARE", "available_memory",
+           "check_choice",
            "check_int", "check_node", "check_operator", "choose_l1_slots", "codec_threads",
            "default_budget",
            "engine_buffers", "environment", "parse_bytes", "parse_flag", "parse_interval",
@@ -47,9 +49,11 @@ def state_bytes(nbytes: int) -> int:
     return padded(nbytes)
 
 
-def default_budget(nbytes: int, available: int | None = None) -> int:
-    """The memory budget of ``n_checkpoints=None``: ``$ASYNCCKPT_MEMORY_BUDGET`` where set, else a
-    quarter of the available memory (psutil; what asyncckpt's pool keeps for reuse counts as
+def default_budget(nbytes: int, available: int | None = None,
+                   environment: Environment | None = None) -> int:
+    """The memory budget of ``n_checkpoints=None``: ``$ASYNCCKPT_MEMORY_BUDGET`` where
+    ``environment`` (default: the variables as they are now) sets it, else a quarter of the
+    available memory (psutil; what asyncckpt's pool keeps for reuse counts as
     available). It bounds Level-1 slots, staging and prefetch buffers and DRAM Level-2 together;
     Level-2 beyond it goes to the temporary directory (unless ``storage`` says where).
 
@@ -59,10 +63,11 @@ def default_budget(nbytes: int, available: int | None = None) -> int:
         If a quarter of the available memory holds no state beside the staging and prefetch
         buffers.
     """
-    if environment("ASYNCCKPT_MEMORY_BUDGET") is None:
+    environment = Environment.read() if environment is None else environment
+    if environment.memory_budget_text is None:
         available = available_memory() if available is None else available
         _slots_in_share(nbytes, available)  # refuses a share with no slot beside the buffers
-    return default_bound(available)
+    return default_bound(environment, available)
 
 
 def choose_l1_slots(nbytes: int, n_timesteps: int, available: int | None = None) -> int:

@@ -9,6 +9,7 @@ from .._execution.device_link import DIGEST_WORD_BYTES
 from .._memory.buffers import padded
 from ..errors import CheckpointError, InvalidValueError, MemoryBudgetError
 from .codec_room import fit_codec
+from .environment import Environment
 from .host_bound import (MEMORY_SHARE, available_memory, bound_source, check_node_holds,
                          default_bound)
 from .transfer_buffers import (DEFAULT_STAGING_BUFFERS, codec_buffers, codec_threads,
@@ -103,6 +104,8 @@ class MemoryPlan:
     codec_buffers: int = 0
     #: why ``compression="auto"`` runs no codec: its buffers leave Level-2 no room ("": it may)
     codec_declined: str = ""
+    #: the ``ASYNCCKPT_*`` variables of the construction (the default bound's)
+    environment: Environment = Environment()
 
     @classmethod
     def make(cls, nbytes: int, options: Any, *, on_host: bool, ranks: Any,
@@ -154,7 +157,8 @@ class MemoryPlan:
                     f"host_memory_budget={host} bytes cannot hold the {buffers} pinned "
                     f"staging and prefetch buffers{beside} of {padded(nbytes)} bytes")
         elif (budget is None or not on_host) and ranks.all(default_storage):
-            bound = ranks.min(default_bound())  # where every rank's is: one tier structure
+            # where every rank's is: one tier structure
+            bound = ranks.min(default_bound(options.environment))
             held = bound // padded(nbytes) - codec
             # the most a run may hold in host memory: n states on Level-2 beside the buffers
             # (and on the host the slots); below the bound the DRAM tier needs no limit
@@ -173,7 +177,8 @@ class MemoryPlan:
             held = (slots if n is None else min(slots, n)) + buffers
             host_buffers = held if host_buffers is None else min(host_buffers, held)
         return cls(nbytes, options.n_timesteps, options.taping, buffers, budget, host_states,
-                   on_host, host_buffers, bound, options.staging_buffers, codec)
+                   on_host, host_buffers, bound, options.staging_buffers, codec,
+                   environment=options.environment)
 
     def split(self, fixed_slots: int | None, interval: int | str) -> tuple[int, bool]:
         """Level-1 slots, and whether the run needs no Level-2 (``interval=0`` asks for none;
@@ -216,6 +221,11 @@ class MemoryPlan:
             return min(budget.buffers, n), True  # Revolve in the budget's slots alone
         return max(1, min(guess, budget.max_slots_with_level2)), False
 
+    def host_room(self) -> int:
+        """Bytes of host memory the run may hold: the budget, else the default bound (as the
+        construction's environment sets it)."""
+        return self.budget.nbytes if self.budget is not None else default_bound(self.environment)
+
     def check_default_bound(self, l1_slots: int, level2: bool) -> None:
         """Raise unless ``l1_slots`` slots (with ``level2``, beside the engine's staging and
         prefetch buffers) fit in the default bound, where it bounds host memory: the bound
@@ -232,7 +242,8 @@ class MemoryPlan:
         raise MemoryBudgetError(
             f"l1_slots={l1_slots}{beside} need {need} buffers of {size} bytes ({need * size} "
             f"bytes), but without memory_budget host memory holds at most the default bound of "
-            f"{self.default_bound} bytes ({bound_source()}), {self.host_buffers} buffers: give "
+            f"{self.default_bound} bytes ({bound_source(self.environment)}), {self.host_buffers} "
+            "buffers: give "
             "memory_budget, fewer slots or staging buffers, or storage on a disk")
 
     @property

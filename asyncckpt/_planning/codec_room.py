@@ -67,7 +67,8 @@ def codec_beside_level2(plain: "MemoryPlan", options: Any, codec: int) -> str:
     elif options.host_memory_budget is not None:
         limit = f"host_memory_budget={options.host_memory_budget} bytes"
     else:
-        limit = f"the default bound of {plain.default_bound} bytes ({bound_source()})"
+        limit = (f"the default bound of {plain.default_bound} bytes "
+                 f"({bound_source(plain.environment)})")
     return (f"its {codec} buffers of {size} bytes ({codec * size} bytes) beside "
             f"{plain.engine_buffers} staging and prefetch buffers and {slots} Level-1 "
             f"slot{'s' if slots != 1 else ''} need {need} bytes, more than {limit}, so Level-2 "

@@ -12,7 +12,7 @@ import ctypes
 from collections import defaultdict
 from typing import Any
 
-from .taping import Protocol
+from .reverse_protocol import Protocol
 
 __all__ = ["devito_protocol"]
 

@@ -12,7 +12,7 @@ from .._memory.numa import node_memory
 from .._memory.pool import POOL
 from ..errors import MemoryBudgetError
 from ..storage.kept import kept_ram_bytes
-from .options import environment, parse_bytes
+from .environment import Environment
 
 if TYPE_CHECKING:
     from .budget import MemoryPlan
@@ -30,19 +30,19 @@ def available_memory() -> int:
     return psutil.virtual_memory().available + POOL.nbytes + kept_ram_bytes()
 
 
-def default_bound(available: int | None = None) -> int:
+def default_bound(environment: Environment, available: int | None = None) -> int:
     """Bytes of host memory a checkpointer holds where no budget is given:
-    ``$ASYNCCKPT_MEMORY_BUDGET`` where set, else :data:`MEMORY_SHARE` of ``available`` (default
-    :func:`available_memory`)."""
-    text = environment("ASYNCCKPT_MEMORY_BUDGET")
-    if text is not None:
-        return parse_bytes("ASYNCCKPT_MEMORY_BUDGET", text)
+    ``$ASYNCCKPT_MEMORY_BUDGET`` where ``environment`` (the construction's) sets it, else
+    :data:`MEMORY_SHARE` of ``available`` (default :func:`available_memory`)."""
+    bound = environment.memory_budget
+    if bound is not None:
+        return bound
     return int(MEMORY_SHARE * (available_memory() if available is None else available))
 
 
-def bound_source() -> str:
-    """Where :func:`default_bound` takes its bytes from, for messages."""
-    if environment("ASYNCCKPT_MEMORY_BUDGET") is not None:
+def bound_source(environment: Environment) -> str:
+    """Where :func:`default_bound` takes its bytes from under ``environment``, for messages."""
+    if environment.memory_budget_text is not None:
         return "$ASYNCCKPT_MEMORY_BUDGET"
     return f"{MEMORY_SHARE:.0%} of the available memory"
 

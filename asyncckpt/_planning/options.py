@@ -6,10 +6,9 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from schedules._args import check_bool, check_int
 
@@ -17,28 +16,18 @@ from .._memory.numa import check_node
 from ..checkpoint import check_descriptor
 from ..compression import Codec, MissingCodecError, make_codec
 from ..errors import InvalidTypeError, InvalidValueError, UsageError
-
-if TYPE_CHECKING:  # taping.py reads the environment through this module
-    from .taping import Protocol
+from .environment import Environment
+from .reverse_protocol import Protocol
+from .values import check_choice, parse_bytes, parse_flag, parse_interval
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MAX_STEPS", "Options", "RunDirOptions", "check_bool", "check_choice", "check_int",
-           "check_operator", "check_stop", "environment", "parse_bytes", "parse_flag",
+           "check_operator", "check_stop", "parse_bytes", "parse_flag",
            "parse_interval"]
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 #: The longest run: steps are keys of 64-bit tables (and no run comes near it)
 MAX_STEPS = 2**62
-
-
-def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``choices``, else raise naming ``name`` and them."""
-    if not isinstance(value, str) or value not in choices:
-        listed = ", ".join(repr(c) for c in choices)
-        raise InvalidValueError(f"{name} must be one of {listed}, got {value!r}")
-    return value
 
 
 def _auto_codec(interval: int | str, dtype: object) -> Codec | None:
@@ -97,72 +86,6 @@ def check_stop(n_timesteps: int | None, stop: object) -> None:
                          f"checkpointer runs n_timesteps={n_timesteps} steps")
     if stop is not None and not callable(stop):
         raise InvalidTypeError(f"stop must be callable, got {stop!r}")
-
-
-def environment(name: str) -> str | None:
-    """``$name`` stripped, or None where it is unset or empty."""
-    value = os.environ.get(name, "").strip()
-    return value or None
-
-
-def parse_flag(name: str, text: str) -> bool:
-    """``text`` (from ``$name``) as a bool: 1/0, true/false, yes/no, on/off, any case."""
-    folded = text.strip().lower()
-    if folded in _TRUE:
-        return True
-    if folded in _FALSE:
-        return False
-    raise InvalidValueError(f"{name} must be 1 or 0 (or true/false, yes/no, on/off), got {text!r}")
-
-
-def parse_interval(value: object, n_timesteps: int | None = None, *,
-                   name: str = "interval", adaptive: bool = False) -> int | str:
-    """The interval option: an int in [0, n_timesteps] (any int >= 0 where n is not given; 0:
-    Level-1 alone), "auto", or where ``adaptive`` is allowed "adaptive". Text (from the command
-    line or ``$ASYNCCKPT_INTERVAL``) may spell the int."""
-    words = ("auto", "adaptive") if adaptive else ("auto",)
-    if isinstance(value, str):
-        text = value.strip()
-        if text in words:
-            return text
-        if not text.isdigit():
-            bound = (f"an int in [0, {n_timesteps}]" if n_timesteps is not None
-                     else "an int >= 0")
-            raise InvalidValueError(f"{name} must be {bound} or {' or '.join(map(repr, words))}, "
-                                    f"got {value!r}")
-        value = int(text)
-    return check_int(name, value, 0, n_timesteps)
-
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
-
-
-def parse_bytes(name: str, value: object) -> int:
-    """A size in bytes: an int, or text such as "512MiB", "8GB", "1.5 GiB" (KB, MB, GB, TB are
-    powers of 1000; KiB, MiB, GiB, TiB of 1024; any case). Must be positive.
-
-    Raises
-    ------
-    InvalidValueError
-        Naming the value and the accepted forms, for text that does not parse, zero, or a
-        negative size.
-    InvalidTypeError
-        For anything but an int or a str.
-    """
-    if isinstance(value, str):
-        match = _SIZE.fullmatch(value)
-        unit = match.group(2).lower() if match else ""
-        if match is None or unit not in _UNITS:
-            raise InvalidValueError(f"{name} must be a number of bytes, or a size such as "
-                                    f"'512MiB', '8GB' or '1.5 GiB', got {value!r}")
-        size = int(float(match.group(1)) * _UNITS[unit])
-    else:
-        size = check_int(name, value, -(2**63))
-    if size <= 0:
-        raise InvalidValueError(f"{name} must be a positive size in bytes, got {value!r}")
-    return size
 
 
 def _check_keep_forward(keep_forward: object, run_dir: object) -> bool:
@@ -261,6 +184,8 @@ class Options:
     run_dir: RunDirOptions | None = None
     #: whether apply_reverse() may run again over one forward sweep (states kept on Level-2)
     keep_forward: bool = False
+    #: the ``ASYNCCKPT_*`` variables as the construction read them, which its runs use
+    environment: Environment = field(default_factory=Environment.read)
 
     @property
     def adaptive(self) -> bool:
@@ -279,9 +204,11 @@ class Options:
               taping: Protocol, keep_trace: object,
               transfer_timeout: object = None, l1_node: object = None, run_dir: object = None,
               outputs: object = None, adjoint: object = None, keep_run_dir: object = False,
-              keep_forward: object = False) -> "Options":
+              keep_forward: object = False, environment: Environment | None = None
+              ) -> "Options":
         """Check every option, raising an error that names the first bad one; ``dtype`` is the
-        states' (for the codec of ``compression``), ``taping`` the protocol decided."""
+        states' (for the codec of ``compression``), ``taping`` the protocol decided,
+        ``environment`` the variables read for this construction (None: read now)."""
         n = None if n_timesteps is None else check_int("n_timesteps", n_timesteps, 1, MAX_STEPS)
         if l1_slots is None and memory_budget is None:
             raise InvalidValueError("give l1_slots (Level-1 slots), memory_budget (bytes), "
@@ -321,4 +248,5 @@ class Options:
             run_dir=RunDirOptions.parse(run_dir, outputs, adjoint, keep_run_dir, n=n,
                                         interval=parsed, verify=verify, codec=codec),
             keep_forward=_check_keep_forward(keep_forward, run_dir),
+            environment=Environment.read() if environment is None else environment,
         )

@@ -4,39 +4,33 @@ fewer per reverse step), decided from what the reverse operator provably reads, 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidTypeError
-from .options import environment, parse_flag
+from .environment import Environment
+from .reverse_protocol import Protocol
 
 __all__ = ["Protocol", "choose_protocol", "decide_taping", "is_devito"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Protocol:
-    """The reverse protocol of a checkpointer's runs, and why (``Stats.taping_reason``)."""
-
-    taping: bool
-    reason: str
-
-
-def decide_taping(taping: object, checkpoint: Any, fwd_operator: Any,
-                  rev_operator: Any) -> Protocol:
+def decide_taping(taping: object, checkpoint: Any, fwd_operator: Any, rev_operator: Any,
+                  environment: Environment | None = None) -> Protocol:
     """The protocol, as :func:`choose_protocol` decides it, logged at INFO."""
-    protocol = choose_protocol(taping, *map(_unwrapped, (checkpoint, fwd_operator, rev_operator)))
+    protocol = choose_protocol(taping, *map(_unwrapped, (checkpoint, fwd_operator, rev_operator)),
+                               environment=environment)
     log.info("%s: %s", "taping" if protocol.taping else "taping-free", protocol.reason)
     return protocol
 
 
-def choose_protocol(taping: object, checkpoint: Any, fwd_operator: Any,
-                    rev_operator: Any) -> Protocol:
-    """The protocol: ``taping`` where it is True or False, else ``$ASYNCCKPT_TAPING`` where it
-    is set, else taping-free exactly where the reverse operator provably reads only what a
-    restored state holds: declared by the reverse operator (``needs_taping = False``), or
-    read from a Devito operator's expressions; taped otherwise. Wrappers that name what they
+def choose_protocol(taping: object, checkpoint: Any, fwd_operator: Any, rev_operator: Any,
+                    *, environment: Environment | None = None) -> Protocol:
+    """The protocol: ``taping`` where it is True or False, else ``$ASYNCCKPT_TAPING`` where
+    ``environment`` (default: the variables as they are now) sets it, else taping-free exactly
+    where the reverse operator provably reads only what a restored state holds: declared by
+    the reverse operator (``needs_taping = False``), or read from a Devito operator's
+    expressions; taped otherwise. Wrappers that name what they
     wrap in ``__wrapped__`` (as :func:`functools.wraps` does) are read through.
 
     Raises
@@ -48,10 +42,10 @@ def choose_protocol(taping: object, checkpoint: Any, fwd_operator: Any,
         raise InvalidTypeError(f"taping must be True, False or None (decide), got {taping!r}")
     if taping is not None:
         return Protocol(taping, f"taping={taping} was given")
-    text = environment("ASYNCCKPT_TAPING")
-    if text is not None:
-        forced = parse_flag("ASYNCCKPT_TAPING", text)
-        return Protocol(forced, f"ASYNCCKPT_TAPING={text}")
+    environment = Environment.read() if environment is None else environment
+    forced = environment.taping
+    if forced is not None:
+        return Protocol(forced, f"ASYNCCKPT_TAPING={environment.taping_text}")
     declared = getattr(rev_operator, "needs_taping", None)
     if declared is not None:
         if not isinstance(declared, bool):

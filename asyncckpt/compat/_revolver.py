@@ -10,11 +10,10 @@ from typing import Any
 
 from schedules import OnlineMultistage, simulate
 
-from ..planning import (check_int, check_operator, choose_l1_slots, default_budget,
-                        environment, parse_flag, parse_interval, world_if_running)
+from ..planning import (Environment, check_int, check_operator, choose_l1_slots,
+                        default_budget, world_if_running)
 from ..checkpoint import Checkpoint, check_descriptor
 from ..checkpointer import AsyncCheckpointer
-from ..compression import parse_compression
 from ..errors import UsageError
 from ..stats import Stats
 from ..storage import Storage
@@ -44,8 +43,7 @@ def taping_from_environment() -> bool | None:
     InvalidValueError
         Naming the variable and the accepted values.
     """
-    text = environment("ASYNCCKPT_TAPING")
-    return None if text is None else parse_flag("ASYNCCKPT_TAPING", text)
+    return Environment.read().taping
 
 
 class Revolver:
@@ -114,30 +112,27 @@ class Revolver:
                  timings: Any = None, profiler: Any = None, **options: Any) -> None:
         nbytes = check_descriptor(checkpoint)
         check_operator(fwd_operator=fwd_operator, rev_operator=rev_operator)
+        # read once: the checkpointer, built at the first run, is built with these values
+        self._environment = environment = Environment.read().check()
         if "compression" not in options:
-            text = environment("ASYNCCKPT_COMPRESSION")
             options["compression"] = (
                 compression_from_pyrevolve(compression_params, checkpoint.dtype)
-                if compression_params is not None
-                else None if text is None else parse_compression("ASYNCCKPT_COMPRESSION", text))
+                if compression_params is not None else environment.compression)
         if n_checkpoints is None and "memory_budget" not in options:
-            options["memory_budget"] = default_budget(nbytes)
+            options["memory_budget"] = default_budget(nbytes, environment=environment)
         elif n_checkpoints is not None:  # checked here: the engine is built later
             check_int("n_checkpoints", n_checkpoints, 1)
         if storage is None:
-            storage = environment("ASYNCCKPT_STORAGE")
+            storage = environment.storage
         if interval is None:
-            text = environment("ASYNCCKPT_INTERVAL")
-            if text is not None:
-                interval = parse_interval(text, name="ASYNCCKPT_INTERVAL", adaptive=True)
-            elif (n_checkpoints is not None and n_timesteps is not None and storage is None
+            interval = environment.interval
+        if interval is None:
+            if (n_checkpoints is not None and n_timesteps is not None and storage is None
                   and options["compression"] is None and options.get("memory_budget") is None
                   and options.get("run_dir") is None):  # a run directory is Level-2
                 interval = 0  # pyrevolve's Revolver: Revolve in the slots it was given
             else:
                 interval = "auto"
-        if taping is None:  # checked now; the checkpointer reads it again, naming it as why
-            taping_from_environment()
         if "comm" not in options:
             options["comm"] = world_if_running()
         self.checkpoint = checkpoint
@@ -169,8 +164,9 @@ class Revolver:
             if declared is not None:
                 checkpoint = declared
                 fwd, rev = Settling(fwd, declared), Settling(rev, declared)
-            self._checkpointer = AsyncCheckpointer(checkpoint, fwd, rev, self.n_timesteps,
-                                                   **self._arguments)
+            with self._environment.pinned():  # what the construction read, not what is now
+                self._checkpointer = AsyncCheckpointer(checkpoint, fwd, rev, self.n_timesteps,
+                                                       **self._arguments)
             if not running:  # the run comes later: u_0 is asked for again then
                 first.forget()
         return self._checkpointer
