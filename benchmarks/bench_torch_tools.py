@@ -8,8 +8,9 @@ measured, and asyncckpt is given that as ``memory_budget``; the peaks of both ar
 time of each as the median of interleaved repeats, and the ratio torch / asyncckpt. Every
 gradient is compared with plain autograd's, bit for bit.
 
-The process re-runs itself with glibc's mmap threshold fixed (``MALLOC_MMAP_THRESHOLD_``), so a
-peak is what a gradient allocates, not what malloc's heaps kept from the one before; the
+The process re-runs itself with glibc's mmap threshold fixed (``MALLOC_MMAP_THRESHOLD_``), and
+lowers it to a page while a peak is measured, so a peak is what a gradient allocates, not what
+malloc's heaps kept from the one before; the
 parameters' gradients are allocated before each measure (the program's own). Prints one JSON
 line per row.
 
@@ -50,14 +51,26 @@ def main() -> None:
             print(json.dumps(row), flush=True)
 
 
+def _mmap_threshold(nbytes: int) -> None:
+    import ctypes
+
+    ctypes.CDLL("libc.so.6").mallopt(-3, nbytes)  # M_MMAP_THRESHOLD
+
+
 def peak_growth(fn: Callable[[], None]) -> int:
-    """Peak resident growth of ``fn()`` from a reset just before it."""
+    """Peak resident growth of ``fn()`` from a reset just before it, every block of a page or
+    more mapped while it runs (a GRU's 32 KiB tensors freed into malloc's heaps would
+    otherwise be reused unseen by the next gradient)."""
     from experiments.lstm.worker import peak_rss_bytes, reset_peak_rss
 
-    reset_peak_rss()
-    base = peak_rss_bytes()
-    fn()
-    return peak_rss_bytes() - base
+    _mmap_threshold(4096)
+    try:
+        reset_peak_rss()
+        base = peak_rss_bytes()
+        fn()
+        return peak_rss_bytes() - base
+    finally:
+        _mmap_threshold(int(MMAP_THRESHOLD))
 
 
 def compare(label: str, params: list, plain: Callable[[], None], torch_run: Callable[[], None],
