@@ -31,6 +31,7 @@ DRAM) and Revolve in 4 slots inside each interval:
 """
 from __future__ import annotations
 
+from ._version import __version__
 from .checkpoint import ArrayCheckpoint, Checkpoint
 from . import costs as cost_memory  # noqa: F401  (asyncckpt.cost_memory.forget(): older code)
 from .checkpointer import AsyncCheckpointer, RunPlan
@@ -77,5 +78,3 @@ __all__ = [
     "UsageError",
     "WrapperStorage",
 ]
-
-__version__ = "0.3.0"

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .._version import __version__
 from ..checkpoint import ArrayCheckpoint
 
 __all__ = ["identity_of", "writer"]
@@ -43,5 +44,4 @@ def identity_of(n: int, checkpoint: Any, nbytes: int, dtype: np.dtype, outputs: 
 
 def writer() -> str:
     """What writes a run directory: the version, the process and the host."""
-    from .. import __version__
     return f"asyncckpt {__version__} (pid {os.getpid()} on {socket.gethostname()})"

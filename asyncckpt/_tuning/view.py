@@ -1,9 +1,9 @@
-"""The tuner's costs as the public :class:`~asyncckpt.costs.MeasuredCosts` shows them, and
+"""The tuner's costs as the public :class:`~asyncckpt.MeasuredCosts` shows them, and
 costs a user sets taken back into the tuner."""
 from __future__ import annotations
 
-from ..costs import MeasuredCosts
 from ..errors import InvalidTypeError, InvalidValueError
+from .measured import MeasuredCosts
 from .residual import Residual
 from .tuner import IntervalTuner
 
