@@ -149,7 +149,7 @@ def build(checkpoint: Any, fwd: Any, rev: Any, nbytes: int, dtype: Any, options:
         if isinstance(run, RunDir) and run.storage.holds_process_memory:  # on tmpfs
             options = charge_ram(run, options, nbytes, memory.host_room(), slots,
                                  memory.engine_buffers)
-            slots = options.l1_slots
+            slots = options.l1_slots or slots  # fixed there: the room beside is the run's
         check_node_holds(options.l1_node, memory, slots, in_level1, options.l1_slots is not None)
         bounded = memory.bounds_level2(in_level1)
         spec = level2_spec(storage, bounded, by_default=memory.default_bound is not None)

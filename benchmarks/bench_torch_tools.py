@@ -29,8 +29,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_flag, record  # noqa: E402
 
 MMAP_THRESHOLD = str(128 << 10)
+#: the keys of a row that name its setting (the results page keeps the latest row of each)
+CONFIG = ("workload", "torch_segments", "torch_chunk")
 MiB = 2**20
 
 
@@ -39,6 +43,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", default="mlp,transformer,gru")
     parser.add_argument("--threads", type=int, default=1)
+    add_flag(parser)
     args = parser.parse_args()
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") != MMAP_THRESHOLD:
         os.execve(sys.executable, [sys.executable, *sys.argv],
@@ -49,6 +54,7 @@ def main() -> None:
     for name in args.only.split(","):
         for row in WORKLOADS[name](args.repeats):
             print(json.dumps(row), flush=True)
+            record("bench_torch_tools", row, [k for k in row if k in CONFIG], args=args)
 
 
 def _mmap_threshold(nbytes: int) -> None:

@@ -100,8 +100,13 @@ class BoundedCalls:
             if self._executor is None:
                 self._executor = DaemonExecutor(1, "asyncckpt-call")
             future = self._executor.submit(fn, *args)
-            if wait_awake([future], seconds):
-                return future.result()
+            try:
+                if wait_awake([future], seconds):
+                    return future.result()
+            finally:
+                # a failure's traceback holds this frame, the future its failure: without the
+                # name, no cycle keeps the checkpointer (and its threads) for the collector
+                del future
             self._abandon(what, seconds)
         raise self.stalled(what, seconds)
 

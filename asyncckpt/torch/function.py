@@ -2,6 +2,7 @@
 its reverse sweep, and the operators it hands the checkpointer."""
 from __future__ import annotations
 
+import weakref
 from typing import Any, Protocol
 
 import torch
@@ -46,7 +47,10 @@ class ForwardOperator:
     updates_in_place = True
 
     def __init__(self, scan: Run) -> None:
-        self.scan = scan
+        # the run holds the checkpointer that holds this: a strong reference back would keep
+        # both (and the checkpointer's threads) until the cyclic collector runs, where a run
+        # whose output nobody differentiates should go when its graph does
+        self.scan = weakref.proxy(scan)
 
     def apply(self, *, t_start: int, t_end: int) -> None:
         self.scan.advance(t_start, t_end)
@@ -56,7 +60,7 @@ class ReverseOperator:
     """The checkpointer's reverse operator: the backward of one step of the run."""
 
     def __init__(self, scan: Run) -> None:
-        self.scan = scan
+        self.scan = weakref.proxy(scan)  # as the forward operator's
 
     def apply(self, *, t_start: int, t_end: int) -> None:
         self.scan.reverse(t_start)

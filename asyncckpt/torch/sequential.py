@@ -1,6 +1,7 @@
 """``checkpoint_sequential``: a stack of layers checkpointed by asyncckpt."""
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,7 +77,8 @@ class SequentialRun(SegmentedRun):
         self.arrays = self.buffer if input.device.type != "cpu" else self.buffer.numpy()
         self.adjoint: torch.Tensor | None = None
         self.grad_params: list[torch.Tensor | None] = []
-        self.checkpointer = AsyncCheckpointer(self, ForwardOperator(self), ReverseOperator(self),
+        self.checkpointer = AsyncCheckpointer(weakref.proxy(self), ForwardOperator(self),
+                                              ReverseOperator(self),
                                               len(self.starts) - 1, taping=False,
                                               **in_segments(options, len(self.starts) - 1))
 

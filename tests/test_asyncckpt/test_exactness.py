@@ -143,8 +143,8 @@ def test_arrays_that_cannot_be_copied_as_bytes_or_written_back_are_refused_at_co
     assert fwd.calls == rev.calls == 0
     # pyrevolve's Revolver calls the descriptor as pyrevolve does: built on first use, it
     # checks u_0's arrays before any operator call, and locations at their first load
-    with pytest.raises(error, match=message):
-        revolver = Revolver(descriptor, fwd, rev, 2, 10, interval=3)
+    with pytest.raises(error, match=message), Revolver(descriptor, fwd, rev, 2, 10,
+                                                      interval=3) as revolver:
         revolver.apply_forward()
         assert restored is not None and fwd.calls > 0
         revolver.apply_reverse()
@@ -258,8 +258,10 @@ def test_the_last_advance_is_split_only_with_taping(interval: int, taping: bool)
     is called as its schedule says."""
     model = Rebinding(N, 2, None) if taping else Leapfrog(N)
     reference = store_all_reference(model)
+    # Level-2 in DRAM, where every write has landed when the reverse sweep compares
     with AsyncCheckpointer(model, Forward(model), Reverse(model), N, l1_slots=SLOTS,
-                           interval=interval, taping=taping, keep_trace=True) as ckp:
+                           interval=interval, taping=taping, keep_trace=True,
+                           storage="dram") as ckp:
         got = forward_reverse(model, ckp)
         compared = ckp._parts.interpreter.replay.compared
         actions = ckp.trace
