@@ -23,6 +23,7 @@ from .._planning.plan import Planner
 from .._memory.pool import POOL
 from .choice import Plan, cheapest_near_fastest, explored, fastest_once_warm
 from .cost_memory import COSTS, agree_costs
+from .fresh import probe_buffers
 from .plans import PRICED_INTERVALS, candidate_plans, codec_choices, log_plans
 from .tuner import CallFit, Completed, IntervalTuner
 from ..stats import Stats
@@ -103,10 +104,8 @@ class AutoPlanner:
             assert compressor is not None
             compressor.compress_every = self.SAMPLE_EVERY  # until a run's plan compresses
         if on_host and tuner.fault_s is None:
-            # the probe's buffers go to the pool for the run: no more than the budget leaves
-            room = planner.room(level1.made, engine)
-            tuner.fault_s = measure_fault(planner.memory.nbytes,
-                                          most=None if room is None else max(1, room))
+            most = probe_buffers(planner, level1.made, engine, slots_fixed)
+            tuner.fault_s = measure_fault(planner.memory.nbytes, most=most)
         self._compressed = False  # whether the run's plan compresses its Level-2 states
         self._intervals: dict[tuple[int, int | None], int] = {}
 

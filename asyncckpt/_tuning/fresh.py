@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from schedules._args import check_int
 from schedules.model import Level2Tier
 
 from ..errors import InvalidValueError
 
-__all__ = ["FreshMemory"]
+__all__ = ["FreshMemory", "probe_buffers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +57,15 @@ class FreshMemory:
             if fresh != 0:
                 split.append(replace(tier, capacity=fresh, tw=tier.tw + self.fault_s))
         return split
+
+
+def probe_buffers(planner: Any, made: int, engine: Any, slots_fixed: bool) -> int | None:
+    """Fresh buffers the fault probe may make (they go to the pool for the run to use): what
+    the budget or the default bound leaves beside the ``made`` slots and the buffers the
+    ``engine`` holds, else, with fixed slots, what the plan itself will hold beside them (a
+    run directory on tmpfs charges its own room; a probe beyond the plan would stay in the
+    pool, resident beside it); None: unbounded."""
+    room = planner.room(made, engine)
+    if room is None and slots_fixed:
+        room = planner.l1_slots - made + planner.memory.engine_buffers - engine.buffers_held
+    return None if room is None else max(1, room)

@@ -80,6 +80,15 @@ def test_a_run_dir_on_tmpfs_counts_against_the_budget(env: dict, options: dict,
     assert report["tmpfs_peak"] > 0, report  # the sampler saw the directory
 
 
+def test_auto_with_a_run_dir_on_tmpfs_holds_no_more_than_its_plan(shm_dir: Path) -> None:
+    """"auto" with fixed slots and a run_dir on tmpfs under the default bound: its probe of
+    fresh memory made 32 MiB of buffers for a plan of 4 slots and left them in the pool, 33.6
+    MiB of heap beside 7 MiB of tmpfs; it makes no more than the plan holds."""
+    report = report_of(200, {"ASYNCCKPT_MEMORY_BUDGET": "16MiB"}, l1_slots=4, interval="auto",
+                       run_dir=str(shm_dir / "run"))
+    within(report, 16 * MiB, held="held_peak")
+
+
 def test_a_run_dir_on_tmpfs_whose_states_do_not_fit_is_refused(shm_dir: Path) -> None:
     """Interval 10 keeps 20 states in the directory: beside 4 slots and the engine's buffers
     they do not fit a 16 MiB bound; refused, naming the least interval that fits."""
