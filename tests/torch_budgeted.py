@@ -15,6 +15,8 @@ Two workloads, each built from a seed, so a run is the same in every process:
   head; each step returns its loss), n steps of a batch of token ids.
 - ``"cnn"``: ``checkpoint_sequential`` over a stack of 3x3 convolutions and ReLUs, every
   activation ``batch x channels x size x size`` float32.
+- ``"mlp"``: ``checkpoint_sequential`` over ``depth`` pairs of ``Linear(width, width)`` and
+  ``Tanh``, activations ``batch x width`` float32.
 """
 from __future__ import annotations
 
@@ -64,13 +66,17 @@ if w["workload"] == "gru":
             _, losses = at.checkpoint_scan(step, h0, xs, **w["options"])
         losses.sum().backward()
 else:
-    batch, channels, size, depth = w["batch"], w["channels"], w["size"], w["depth"]
+    batch, depth = w["batch"], w["depth"]
     layers = []
     for _ in range(depth):
-        layers += [torch.nn.Conv2d(channels, channels, 3, padding=1), torch.nn.ReLU()]
+        layers += ([torch.nn.Linear(w["width"], w["width"]), torch.nn.Tanh()]
+                   if w["workload"] == "mlp" else
+                   [torch.nn.Conv2d(w["channels"], w["channels"], 3, padding=1),
+                    torch.nn.ReLU()])
     net = torch.nn.Sequential(*layers)
     params = list(net.parameters())
-    x = torch.randn(batch, channels, size, size)
+    x = (torch.randn(batch, w["width"]) if w["workload"] == "mlp"
+         else torch.randn(batch, w["channels"], w["size"], w["size"]))
 
     def one_step():  # torch's own: one plain forward and backward step of the model (its
         net(x).sum().backward()  # convolutions' first gradient of an input: 36 MiB, once)
@@ -111,7 +117,7 @@ def run_torch_in_process(workload: str, *, options: dict | None = None, calls: i
                          plain: bool = False, torch_first: bool = True,
                          grads_path: str | None = None, **sizes: int) -> dict:
     """Run ``workload`` (``"gru"``: ``vocab``, ``hidden``, ``batch``, ``n``; ``"cnn"``:
-    ``batch``, ``channels``, ``size``, ``depth``) ``calls`` times in a fresh process, each a
+    ``batch``, ``channels``, ``size``, ``depth``; ``"mlp"``: ``batch``, ``width``, ``depth``) ``calls`` times in a fresh process, each a
     forward and backward through the front end with ``options`` (or plain autograd where
     ``plain``), after one plain step of the model where ``torch_first``, and return its report: ``calls``, each call's peak resident growth in bytes
     from a reset just before it; ``stats``, the first call's; ``error``, what a call raised.

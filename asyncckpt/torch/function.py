@@ -93,7 +93,7 @@ class Checkpointed(torch.autograd.Function):
         ctx.run = None
         # autograd runs a backward under grad mode where it builds the graph of the gradients
         # (create_graph=True): the reverse sweep's are first derivatives only
-        create_graph = torch.is_grad_enabled()
+        create_graph = run.create_graph = torch.is_grad_enabled()
         try:
             with torch.no_grad():
                 got = run.backward(grads)

@@ -40,9 +40,11 @@ class SegmentHeld:
 
     What autograd saves for its layers (their input apart: the live state), its last output
     (held as the backward's root, unless saved), the workspace of its layer that takes most,
-    its parameters' gradients (each parameter's new sum, and one layer's parts beside them)
-    and, in a segment of several layers, the gradient of its output (the backward's seed,
-    held while the layers before the last take their gradients in and out).
+    its parameters' gradients (one layer's parts, which autograd adds into ``.grad`` as the
+    backward goes; and the new sum of each parameter more than one layer reaches, which may
+    be summed across segments beside ``.grad``) and, in a segment of several layers, the
+    gradient of its output (the backward's seed, held while the layers before the last take
+    their gradients in and out).
 
     Parameters
     ----------
@@ -64,12 +66,17 @@ class SegmentHeld:
         self.workspace = [backward_workspace(layer, sizes[t], sizes[t + 1])
                           for t, layer in enumerate(layers)]
         self.parts = [sum({id(p): p.nbytes for p in ps}.values()) for ps in reached]
+        layers_of: dict[int, int] = {}
+        for ps in reached:
+            for i in {id(p) for p in ps}:
+                layers_of[i] = layers_of.get(i, 0) + 1
+        self.shared = {i for i, count in layers_of.items() if count > 1}
 
     def __call__(self, begin: int, end: int) -> int:
         saved = sum(self.graph[begin:end + 1]) - self.ends[begin][0]
         output = self.sizes[end + 1] - self.ends[end][1]
         sums = sum({id(p): p.nbytes for t in range(begin, end + 1)
-                    for p in self.reached[t]}.values())
+                    for p in self.reached[t] if id(p) in self.shared}.values())
         seed = self.sizes[end + 1] if end > begin else 0
         return (saved + output + seed + max(self.workspace[begin:end + 1]) + sums
                 + max(self.parts[begin:end + 1]))

@@ -41,6 +41,8 @@ class SegmentedRun:
     starts: list[int]
     rng: torch.Tensor | None
     checkpointer: Any
+    #: whether the backward running builds the gradients' graph (create_graph=True)
+    create_graph = False
 
     def __init__(self, tensors: Iterable[torch.Tensor], preserve_rng_state: bool) -> None:
         self.preserve_rng_state = preserve_rng_state

@@ -3,6 +3,7 @@ start."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,8 +11,8 @@ from typing import Any
 from ..errors import InvalidValueError, MemoryBudgetError
 from ..planning import default_budget, engine_buffers, parse_bytes, state_bytes
 
-__all__ = ["GRAPH_OVERHEAD", "SCAN_CHECKPOINTS_SHARE", "STACK_CHECKPOINTS_SHARE", "graph_share",
-           "in_segments", "segment_starts"]
+__all__ = ["GRAPH_OVERHEAD", "SCAN_CHECKPOINTS_SHARE", "STACK_CHECKPOINTS_SHARE",
+           "checkpoints_share", "graph_share", "in_segments", "segment_starts"]
 
 # The share of a scan's budget its checkpoints keep; a segment's graph gets the rest. Each
 # segment costs a call of the autograd engine, and a scan's carries beyond the budget go to
@@ -71,6 +72,21 @@ def graph_share(nbytes: int, options: dict[str, Any], kept: float, *, name: str 
     return int((rest - checkpoints) / overhead), {**options, "memory_budget": checkpoints}
 
 
+def checkpoints_share(options: dict[str, Any]) -> float:
+    """The share of a stack's given budget its checkpoints keep: none beyond their least (one
+    slot and the engine's buffers) where Level-2 may go beyond the budget (``storage`` None,
+    a name or a path, or a list of them: states beyond the in-memory tier spill to a
+    directory), so that its segments are as long as the budget allows. Each segment is run
+    once more whatever the slots (every checkpoint to Level-2 at interval 1), and fewer
+    segments cost fewer calls of the autograd engine (the last, whose graph the forward sweep
+    keeps, none). A Storage instance given holds what it holds: half, as by default."""
+    storage = options.get("storage")
+    tiers = storage if isinstance(storage, (list, tuple)) else [storage]
+    if all(tier is None or isinstance(tier, (str, os.PathLike)) for tier in tiers):
+        return 0.0
+    return STACK_CHECKPOINTS_SHARE
+
+
 def in_segments(options: dict[str, Any], count: int) -> dict[str, Any]:
     """``options`` for a checkpointer whose steps are ``count`` segments: a fixed interval
     (which counts segments) at most the run."""
@@ -81,7 +97,8 @@ def in_segments(options: dict[str, Any], count: int) -> dict[str, Any]:
 
 
 def segment_starts(graph: Sequence[int], segments: int | None, most: int | None,
-                   held: Callable[[int, int], int] | None = None) -> list[int]:
+                   held: Callable[[int, int], int] | None = None, *,
+                   at_least_sqrt: bool = True) -> list[int]:
     """Where each segment of a stack of layers begins, and the number of layers at the end.
 
     Parameters
@@ -97,6 +114,9 @@ def segment_starts(graph: Sequence[int], segments: int | None, most: int | None,
     held
         The bytes a segment of layers ``begin`` to ``end`` (inclusive) holds, compared with
         ``most``; by default the sum of their ``graph``.
+    at_least_sqrt
+        With ``held``: whether to cut at least sqrt(layers) segments (else as few as ``most``
+        allows: a budget the caller gave).
     """
     n = len(graph)
     if segments is not None:
@@ -107,6 +127,8 @@ def segment_starts(graph: Sequence[int], segments: int | None, most: int | None,
     cap = -(-sum(graph) // (math.isqrt(n - 1) + 1))  # ceil(total / ceil(sqrt(n)))
     starts = [0]
     if held is not None:
+        if not at_least_sqrt:
+            cap = sum(graph)
         total = graph[0]
         for t in range(1, n):
             total += graph[t]

@@ -10,12 +10,14 @@ import torch
 from ..checkpointer import AsyncCheckpointer
 from ..errors import InvalidTypeError, InvalidValueError
 
+from .accumulate import accumulate_through, accumulated
 from .function import ForwardOperator, ReverseOperator, apply_checkpointed
 from .held import SegmentHeld
 from .passes import PASSES, Passes, meta_pass
 from .preserve import LateDraw, UnlistedLeafError, differentiable
 from .recompute import SegmentedRun, backward_through
-from .segments import STACK_CHECKPOINTS_SHARE, graph_share, in_segments, segment_starts
+from .segments import (STACK_CHECKPOINTS_SHARE, checkpoints_share, graph_share, in_segments,
+                       segment_starts)
 
 __all__ = ["SequentialRun", "checkpoint_sequential"]
 
@@ -47,11 +49,13 @@ class SequentialRun(SegmentedRun):
         # so far are the parameters' gradients, outside the budget as the parameters are);
         # beside it the activation's gradient in and out, and the output the call returns
         held = SegmentHeld(self.layers, sizes, graph, ends, reached)
+        given = options.get("memory_budget") is not None
         most, options = graph_share(
-            max(sizes), options, STACK_CHECKPOINTS_SHARE, name=self.name, unit="layer",
+            max(sizes), options, checkpoints_share(options) if given
+            else STACK_CHECKPOINTS_SHARE, name=self.name, unit="layer",
             graph=held.largest_layer(), gradients=2 * max(sizes), output=sizes[-1],
             overhead=1.0)
-        self.starts = segment_starts(graph, segments, most, held)
+        self.starts = segment_starts(graph, segments, most, held, at_least_sqrt=not given)
         self.sizes = [sizes[t] for t in self.starts]
         self.params = [list({id(p): p for t in range(begin, end)
                              for p in reached[t]}.values())
@@ -59,6 +63,11 @@ class SequentialRun(SegmentedRun):
         self.flat_params = list({id(p): p for ps in self.params for p in ps}.values())
         self.index = {id(p): k for k, p in enumerate(self.flat_params)}
         self.param_ids = set(self.index)
+        # a parameter of several segments: its gradient summed across them, as autograd sums it
+        uses = [id(p) for ps in self.params for p in ps]
+        self.shared = {i for i in self.param_ids if uses.count(i) > 1}
+        #: the parameters whose gradients this backward adds into .grad segment by segment
+        self.direct: set[int] = set()
         super().__init__([input, *self.flat_params], preserve_rng_state)
         # the generators' state is checkpointed after the activation where a layer draws
         # (a dropout layer, or a layer that drew in an earlier forward sweep: LateDraw)
@@ -77,6 +86,11 @@ class SequentialRun(SegmentedRun):
         self.arrays = self.buffer if input.device.type != "cpu" else self.buffer.numpy()
         self.adjoint: torch.Tensor | None = None
         self.grad_params: list[torch.Tensor | None] = []
+        self.last = len(self.starts) - 2
+        #: the last segment's input and output, their graph kept from the forward sweep
+        self.kept: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.keep_last = torch.is_grad_enabled() and (
+            input.requires_grad or any(p.requires_grad for p in self.flat_params))
         self.checkpointer = AsyncCheckpointer(weakref.proxy(self), ForwardOperator(self),
                                               ReverseOperator(self),
                                               len(self.starts) - 1, taping=False,
@@ -112,29 +126,59 @@ class SequentialRun(SegmentedRun):
 
     def run_segments(self, start: int, end: int) -> None:
         for s in range(start, end):
-            output = self.segment(s, self.view(s))
+            if s == self.last and self.keep_last and self.recording:
+                # the last segment's graph is kept from the forward sweep for its backward
+                # (as torch's checkpoint_sequential runs its last segment): never recomputed;
+                # its input a copy, as the live buffer takes the output next
+                floating = differentiable(self.shapes[self.starts[s]][1])
+                with torch.enable_grad():
+                    inputs = self.view(s).clone().requires_grad_(floating)
+                    output = self.segment(s, inputs)
+                self.kept = (inputs, output)
+            else:
+                output = self.segment(s, self.view(s))
             if output.untyped_storage().data_ptr() == self.buffer.untyped_storage().data_ptr():
                 output = output.clone()  # a view of its input (a reshape, say)
             self.view(s + 1).copy_(output)
 
     def reverse(self, s: int) -> None:
         floating = differentiable(self.shapes[self.starts[s]][1])
+        params = self.params[s]
+        # where every parameter of the segment goes into .grad now, autograd's AccumulateGrad
+        # nodes add them one layer at a time; else their gradients come back, to be summed
+        # across segments or returned through the stack's node
+        direct = all(id(p) in self.direct for p in params)
         with self.recomputing():
-            inputs = self.view(s).detach().requires_grad_(floating)
-            output = self.segment(s, inputs)
+            if s == self.last and self.kept is not None:
+                (inputs, output), self.kept = self.kept, None
+            else:
+                inputs = self.view(s).detach().requires_grad_(floating)
+                output = self.segment(s, inputs)
             self.check_reached(
                 s, [output] if output.grad_fn is not None else [], self.param_ids | {id(inputs)},
                 frozenset(), self.touched.named(),
                 "was not found in their first pass (a layer that reaches other tensors from "
                 "call to call): make it an nn.Module that owns them")
-            wanted = ([inputs] if floating else []) + self.params[s]
+            wanted = ([inputs] if floating else []) + params
+            if direct:
+                if output.requires_grad and wanted and self.adjoint is not None:
+                    accumulate_through([output], [self.adjoint], wanted)
+                self.adjoint = inputs.grad if floating else None
+                return
             got = backward_through(
                 [output], [self.adjoint], wanted,
-                ((p, self.grad_params[self.index[id(p)]]) for p in self.params[s]),
-                output.requires_grad)
+                ((p, self.grad_params[self.index[id(p)]]) for p in params
+                 if id(p) in self.shared), output.requires_grad)
         self.adjoint = got[0] if floating else None
-        for parameter, grad in zip(self.params[s], got[1:] if floating else got):
-            if grad is not None:
+        for parameter, grad in zip(params, got[1:] if floating else got):
+            if grad is None:
+                continue
+            if id(parameter) in self.direct:  # as its AccumulateGrad node would add it
+                if parameter.grad is None:
+                    parameter.grad = grad
+                else:
+                    parameter.grad.add_(grad)
+            else:
                 self.grad_params[self.index[id(parameter)]] = grad
 
     def read_again(self) -> list[tuple[str | None, torch.Tensor]]:
@@ -143,6 +187,8 @@ class SequentialRun(SegmentedRun):
     def forward_outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         self.end_forward()
         self.input_needs_grad = inputs[0].requires_grad
+        if self.kept is not None:
+            return (self.kept[1].detach(),)
         return (self.view(len(self.starts) - 1).clone(),)
 
     def backward(self, grads: Sequence[torch.Tensor | None]) -> tuple[Any, ...]:
@@ -150,6 +196,8 @@ class SequentialRun(SegmentedRun):
         last = self.view(len(self.starts) - 1)
         self.adjoint = grad if grad is not None else torch.zeros_like(last)
         self.grad_params = [None] * len(self.flat_params)
+        self.direct = {id(p) for p, adds in zip(self.flat_params, accumulated(
+            self.flat_params, self.create_graph)) if adds and id(p) not in self.shared}
         self.reverse_sweep()
         grads_out = (self.adjoint if self.input_needs_grad else None, *self.grad_params)
         # let go of them, so autograd can take them into .grad instead of copying them
