@@ -4,11 +4,12 @@ memory budget its plan is made against.
 XLA compiles the scan's forward and backward into one program whose temporaries it assigns
 once: a segment's residuals (per step, or per chunk where the segment recomputes them) and, what
 any plan holds, the fetched carry, the carry's cotangent in and out and the closed-over arrays'
-cotangents (the running sum, the segment's part and their sum). On the host the front end holds
-the checkpointer's live arrays and one carry in flight through a callback (the argument JAX
-copies to the host device on the forward sweep, the copy handed back on the backward). These
-figures match XLA's buffer assignment (``Compiled.memory_analysis().temp_size_in_bytes``) of
-scans of 0.5 to 2 MiB carries within a carry (tests/test_asyncckpt/jax/test_jax_memory.py).
+cotangents (the running sum into and out of a segment's backward, a step's part). On the host
+the front end holds the checkpointer's live arrays and one carry in flight through a callback
+(the argument JAX copies to the host device on the forward sweep, the copy handed back on the
+backward). These figures match XLA's buffer assignment
+(``Compiled.memory_analysis().temp_size_in_bytes``) of scans of 0.5 to 2 MiB carries within a
+carry (tests/test_asyncckpt/jax/test_jax_memory.py).
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ __all__ = ["HOST_CARRIES", "XLA_CARRIES", "CONST_COTANGENTS", "step_residual_byt
 #: Carries XLA holds in a segment's backward whatever the plan (the fetched first carry and the
 #: carry's cotangent, whose input and output buffers XLA shares).
 XLA_CARRIES = 2
-#: Cotangents XLA holds per closed-over floating array: the sum of the later segments', the
-#: segment's own and their sum.
+#: Cotangents XLA holds per closed-over floating array: the running sum a segment's backward is
+#: handed, the one it hands on and a step's part.
 CONST_COTANGENTS = 3
 #: Carries the front end holds on the host: the checkpointer's live arrays and one in flight
 #: through a callback (JAX copies a callback's argument to the host device; the backward's

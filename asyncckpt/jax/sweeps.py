@@ -46,6 +46,44 @@ def _body(fn: Any, consts: list[Any]) -> Any:
     return lambda c, x: fn(c, x, *consts)
 
 
+def _summed(consts: list[Any]) -> list[int]:
+    """The closed-over arrays whose cotangents are summed: the floating ones."""
+    return [i for i, k in enumerate(consts) if jnp.issubdtype(k.dtype, jnp.inexact)]
+
+
+def _summing(fn: Any, consts: list[Any]) -> Any:
+    """The step as a scan body over ``(carry, sums)``: ``sums`` (one per floating closed-over
+    array) passes through the step, and its cotangent gets the step's cotangents of those
+    arrays added. Carried through a segment's backward from the later segments' running sum,
+    it adds them one step at a time from the last, as ``lax.scan``'s backward does. The step
+    itself passes ``sums`` on: of a carry the body passed on unchanged JAX would make a
+    constant, its cotangent summed apart from zero. The step uses the arrays themselves, so
+    JAX keeps what it saves of them once, not per step."""
+    index = _summed(consts)
+
+    @jax.custom_vjp
+    def step(c: Any, x: Any, sums: list[Any], k: list[Any]) -> Any:
+        c, y = fn(c, x, *k)
+        return c, y, sums
+
+    def forward(c: Any, x: Any, sums: list[Any], k: list[Any]) -> Any:
+        (c, y), vjp = jax.vjp(lambda c, x, *k: fn(c, x, *k), c, x, *k)
+        return (c, y, sums), vjp
+
+    def backward(vjp: Any, cts: Any) -> Any:
+        ct_c, ct_y, ct_sums = cts
+        ct_c, ct_x, *ct_k = vjp((ct_c, ct_y))
+        return (ct_c, ct_x, [total + ct_k[i] for i, total in zip(index, ct_sums)],
+                list(ct_k))
+
+    step.defvjp(forward, backward)
+
+    def body(carried: Any, x: Any) -> Any:
+        c, y, sums = step(carried[0], x, carried[1], list(consts))
+        return (c, sums), y
+    return body
+
+
 def _recomputing(body: Any, c: Any, xs: Any, length: int, chunk: int) -> Any:
     """``lax.scan(body, c, xs, length)`` whose backward recomputes its residuals in chunks of
     ``chunk`` steps (``Plan.chunk``; 0: stores them all; 1: a carry kept per step)."""
@@ -144,17 +182,22 @@ def _backward(fn: Any, plan: Plan, saved: Any, cts: Any) -> Any:
     carry_struct = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                                           ct_final)
     treedef = jax.tree_util.tree_structure(ct_final)
+    index = _summed(consts)
 
     def reverse_segment(c_s: Any, xseg: Any, length: int, ct_c: Any, ct_k: Any,
                         ct_yseg: Any) -> Any:
-        # the segment's steps again (every residual kept, or in chunks) and its backward; the
-        # closed-over arrays' cotangents of the segment are added to those of the segments
-        # after it (the plain scan adds each step's one by one: a few ulps apart)
-        def run(c: Any, k: list[Any], xseg: Any) -> Any:
-            return _recomputing(_body(fn, k), c, xseg, length, plan.chunk)
-        _, vjp = jax.vjp(run, c_s, consts, xseg)
-        ct_c, ct_k_segment, ct_xseg = vjp((ct_c, ct_yseg))
-        ct_k = jax.tree_util.tree_map(jnp.add, ct_k, ct_k_segment)
+        # the segment's steps again (every residual kept, or in chunks) and its backward, which
+        # adds each step's cotangents of the closed-over arrays to the running sum of the later
+        # segments' it is handed, one step at a time from the last (lax.scan's order, bit for
+        # bit; a segment's own sum added to the later ones' was a few ulps apart)
+        def run(c: Any, sums: list[Any], xseg: Any) -> Any:
+            return _recomputing(_summing(fn, consts), (c, sums), xseg, length, plan.chunk)
+        sums = [ct_k[i] for i in index]
+        _, vjp = jax.vjp(run, c_s, sums, xseg)
+        ct_c, sums, ct_xseg = vjp(((ct_c, sums), ct_yseg))
+        ct_k = list(ct_k)
+        for i, total in zip(index, sums):
+            ct_k[i] = total
         return ct_c, ct_k, ct_xseg
 
     def fetch(s: Any) -> Any:

@@ -21,10 +21,10 @@ from asyncckpt.jax import checkpoint_scan, last_plan, last_stats, plan_scan  # n
 
 jax.config.update("jax_enable_x64", True)
 
-#: The closed-over arrays' cotangents are sums over every step: the plain scan adds each step's
-#: part to the running sum; a segment's backward sums its own steps' parts, then adds them to
-#: the later segments' sum (a different association: a few ulps of the largest entry, times
-#: the number of segments at worst).
+#: Where ``lax.scan``'s forward differs differentiated or not (XLA fusing a function apart from
+#: its neighbours), the checkpointed gradients follow the plain forward's carries: within these
+#: ulps of the largest entry. Elsewhere every gradient is ``lax.scan``'s bit for bit, the
+#: closed-over arrays' sums too (each step's part added to the running sum from the last).
 PARAM_RTOL = {np.float64: 1e-13, np.float32: 1e-5}
 
 
@@ -56,9 +56,9 @@ def assert_gradients_match(ours, reference, dtype) -> None:
     (gW, gU, gh, gx), (rW, rU, rh, rx) = ours, reference
     assert np.asarray(gh).tobytes() == np.asarray(rh).tobytes()  # the carry's: bit for bit
     assert np.asarray(gx).tobytes() == np.asarray(rx).tobytes()  # xs's: bit for bit
-    for ours_p, ref_p in ((gW, rW), (gU, rU)):
-        scale = float(jnp.max(jnp.abs(ref_p)))
-        assert float(jnp.max(jnp.abs(ours_p - ref_p))) <= PARAM_RTOL[dtype] * scale
+    for ours_p, ref_p in ((gW, rW), (gU, rU)):  # the closed-over arrays' sums: bit for bit
+        assert ours_p.dtype == ref_p.dtype
+        assert np.asarray(ours_p).tobytes() == np.asarray(ref_p).tobytes()
 
 
 def lax_scan_differs_when_differentiated(step, carry, length: int) -> bool:
@@ -71,8 +71,8 @@ def lax_scan_differs_when_differentiated(step, carry, length: int) -> bool:
     return np.asarray(scan(carry)).tobytes() != np.asarray(jax.vjp(scan, carry)[0]).tobytes()
 
 
-def assert_carry_gradient_as_lax_scan(ours, reference, bit_for_bit: bool) -> None:
-    """The carry's gradient: ``lax.scan``'s bit for bit where its forward is the same
+def assert_gradient_as_lax_scan(ours, reference, bit_for_bit: bool) -> None:
+    """A gradient: ``lax.scan``'s bit for bit where its forward is the same
     differentiated or not, else within the few ulps the two forwards part by."""
     if bit_for_bit:
         assert np.asarray(ours).tobytes() == np.asarray(reference).tobytes()
@@ -120,9 +120,8 @@ def test_segments_recomputed_in_chunks_without_xs_match_lax_scan() -> None:
     reference = jax.grad(loss(jax.lax.scan), argnums=(0, 1))(c0, W)
     same = not lax_scan_differs_when_differentiated(
         lambda c, _: (jnp.tanh(c @ W), jnp.sum(c)), c0, 200)
-    assert_carry_gradient_as_lax_scan(ours[0], reference[0], bit_for_bit=same)
-    scale = float(jnp.max(jnp.abs(reference[1])))
-    assert float(jnp.max(jnp.abs(ours[1] - reference[1]))) <= PARAM_RTOL[np.float64] * scale
+    assert_gradient_as_lax_scan(ours[0], reference[0], bit_for_bit=same)
+    assert_gradient_as_lax_scan(ours[1], reference[1], bit_for_bit=same)
 
 
 @pytest.mark.parametrize("outer", ["scan", "fori_loop"])
@@ -146,10 +145,8 @@ def test_inside_a_differentiated_outer_loop_every_iteration_has_its_own_run(oute
 
     ours = jax.jit(jax.grad(loss(checkpoint_scan, interval=5), argnums=(0, 1, 2)))(W, U, h0)
     reference = jax.grad(loss(jax.lax.scan), argnums=(0, 1, 2))(W, U, h0)
-    assert np.asarray(ours[2]).tobytes() == np.asarray(reference[2]).tobytes()
-    for got, want in zip(ours[:2], reference[:2]):
-        scale = float(jnp.max(jnp.abs(want)))
-        assert scale > 0 and float(jnp.max(jnp.abs(got - want))) <= PARAM_RTOL[np.float64] * scale
+    for got, want in zip(ours, reference):  # W's and U's sums too
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
     assert wait_no_threads() == []
 
 
@@ -232,8 +229,8 @@ def test_carries_go_through_level2_on_disk_within_the_budget(tmp_path) -> None:
     want = jax.grad(plain, argnums=(0, 1))(A, u0)
     same = not lax_scan_differs_when_differentiated(
         lambda u, _: (u + 0.01 * jnp.tanh(u @ A), None), u0, 400)
-    assert_carry_gradient_as_lax_scan(got[1], want[1], bit_for_bit=same)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    assert_gradient_as_lax_scan(got[1], want[1], bit_for_bit=same)
+    assert_gradient_as_lax_scan(got[0], want[0], bit_for_bit=same)
     stats = last_stats()
     assert stats.l2_writes > 0 and stats.l2_reads == stats.l2_writes
     # the next scan's plan prices a carry's write at the rate this run measured
