@@ -48,6 +48,7 @@ class CostMemory:
         recalled.quiet, recalled.busy = known.quiet, known.busy
         recalled.runs, recalled.fault_s, recalled.tx = known.runs, known.fault_s, known.tx
         recalled.misses, recalled.doubted = known.misses, known.doubted
+        recalled.caller = known.caller
         if known.codec is not None:
             recalled.codec = known.codec
         recalled.transfers = replace(
@@ -77,7 +78,7 @@ COSTS = CostMemory()
 #: all, since every operator call waits for it (and every rank waits for the one paying most
 #: to fault memory in).
 AGREED_LARGEST = ("tf", "tb", "tcall", "tw", "tr", "tc", "fault_s", "tf_busy", "tcall_busy",
-                  "tb_busy", "tc_busy", "tx")
+                  "tb_busy", "tc_busy", "tx", "tq")
 
 
 def agree_costs(tuner: IntervalTuner, group: Any) -> None:

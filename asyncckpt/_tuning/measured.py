@@ -22,8 +22,9 @@ class MeasuredCosts:
     (None: priced as the quiet ones). ``tw`` and ``tr`` write and read one uncompressed state
     through Level-2, ``tier_costs`` each tier's (tw, tr), fastest first; ``tx`` what each
     transfer takes from the compute beside it; ``fault_s`` the first touch of a fresh state
-    buffer; ``codec`` the codec's costs. ``n_steps`` is the run length priced, ``runs`` the
-    runs learned from.
+    buffer; ``codec`` the codec's costs; ``tq`` the runtime's own work on the caller's thread
+    per transfer (handing it to the I/O thread and taking it back). ``n_steps`` is the run
+    length priced, ``runs`` the runs learned from.
 
     A frozen value: to ask the model what it would choose with other costs, set a changed copy
     (``ckp.costs = ckp.costs.replace(tw=1e-3)``); the next run is planned with them.
@@ -45,6 +46,7 @@ class MeasuredCosts:
     tx: float | None = None
     fault_s: float | None = None
     codec: CodecCosts | None = None
+    tq: float | None = None
 
     def replace(self, **changes: Any) -> MeasuredCosts:
         """A copy with ``changes`` (field names and values)."""

@@ -10,6 +10,7 @@ from schedules.model import (CodecCosts, Costs, IntervalChoice, Level2Tier,
                              choose_interval, predict_async_multistage, predict_revolve,
                              predict_tiered)
 
+from .caller import PRIOR_TX_COPIES, CallerShare
 from .costs import ComputeCosts, TransferCosts
 from .fresh import FreshMemory
 from .residual import Residual
@@ -30,12 +31,6 @@ class _Kept:
 
     def __set__(self, tuner: Any, value: Any) -> None:
         setattr(getattr(tuner, self.part), self.name, value)
-
-
-#: Until a run with Level-2 transfers has measured what each takes from the compute beside it
-#: (``tx``), it is priced as this many in-memory copies of the state: the transfer's own pass
-#: over it and its checksum's, on memory bandwidth the compute shares (docs/model.md)
-PRIOR_TX_COPIES = 2
 
 
 class Pricing:
@@ -75,6 +70,7 @@ class Pricing:
     loaded_costs = _Kept("transfers", "loaded_costs")
     residual = _Kept("misses", "per_step")
     missed = _Kept("misses", "missed")
+    tq = _Kept("caller", "per_transfer")
 
     def __init__(self, n_steps: int, l1_slots: int, staging_buffers: int, inline: bool,
                  taping: bool, tw: float, tr: float, tc: float, tf: float | None = None,
@@ -106,6 +102,8 @@ class Pricing:
         self.warm_buffers = warm_buffers
         #: what runs took beyond the model's price of their plan (``residual``: per step)
         self.misses = Residual()
+        #: the runtime's own work on the caller's thread per call and per transfer (``tq``)
+        self.caller = CallerShare()
 
     def __repr__(self) -> str:
         def ms(value: float | None) -> str:
@@ -149,7 +147,7 @@ class Pricing:
         if residual:  # a forward step (and the one a taping reverse step makes) costs it
             tf = max(tf + residual, tf / 2)
             tb = max(tb + residual, tb / 2)
-        tx = max((tx or 0.0) + per_transfer, 0.0)
+        tx = max((tx or 0.0) + per_transfer, 0.0) + (self.tq or 0.0 if busy else 0.0)
         tw = self.tw
         tr = self.tr
         if compressed:

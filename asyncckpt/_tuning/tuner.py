@@ -122,6 +122,8 @@ class IntervalTuner(Pricing):
         else:
             self.quiet.learn(stats, fit, self.quiet)
         (self.busy if busy else self.quiet).learn_copies(stats)
+        if not self.inline:
+            self.caller.learn(stats, busy)
         self._learn_codec(stats)
         # the share of the bytes written that Level-2 stored (1 without a codec)
         stored = (stats.l2_stored_bytes / stats.bytes_written
@@ -213,7 +215,7 @@ class IntervalTuner(Pricing):
             "tf_s": costs.tf, "tb_s": costs.tb, "tcall_s": costs.tcall, "tw_s": self.tw,
             "tr_s": self.tr, "tc_s": self.tc, "tf_busy_s": self.tf_busy,
             "tcall_busy_s": self.tcall_busy, "tb_busy_s": self.tb_busy, "tc_busy_s": self.tc_busy,
-            "tx_s": self.tx, "residual_s": dict(self.residual),
+            "tx_s": self.tx, "tq_s": self.tq, "residual_s": dict(self.residual),
             "residual_per_transfer_s": self.misses.of(True, not self.inline)[1],
             "tb_measured": self.tb is not None,
             "learned_runs": self.runs, "transfers": "inline" if self.inline else "background",

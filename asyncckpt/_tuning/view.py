@@ -19,7 +19,7 @@ def view(tuner: IntervalTuner) -> MeasuredCosts:
         tf_busy=tuner.tf_busy, tb_busy=tuner.tb_busy, tcall_busy=tuner.tcall_busy,
         tc_busy=tuner.tc_busy,
         tier_costs=None if tiers is None else tuple((tw, tr) for tw, tr in tiers),
-        tx=tuner.tx, fault_s=tuner.fault_s, codec=tuner.codec)
+        tx=tuner.tx, fault_s=tuner.fault_s, codec=tuner.codec, tq=tuner.tq)
 
 
 def assume(tuner: IntervalTuner, costs: MeasuredCosts) -> None:
@@ -43,7 +43,7 @@ def assume(tuner: IntervalTuner, costs: MeasuredCosts) -> None:
                                 f"{len(known or ())} tiers (None for an untiered one), got "
                                 f"{tiers!r}")
     for name in ("n_steps", "runs", "tf", "tb", "tcall", "tc", "tw", "tr", "tf_busy", "tb_busy",
-                 "tcall_busy", "tc_busy", "tx", "fault_s", "codec"):
+                 "tcall_busy", "tc_busy", "tx", "fault_s", "codec", "tq"):
         setattr(tuner, name, getattr(costs, name))
     tuner.tier_costs = None if tiers is None else [(tw, tr) for tw, tr in tiers]
     tuner.loaded_costs = None

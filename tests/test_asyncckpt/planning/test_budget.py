@@ -238,7 +238,7 @@ with AsyncCheckpointer(ArrayCheckpoint([state]), Forward(), Reverse(), n, interv
     # Level-2 priced cheap, then ruinous (Revolve in Level-1 alone), then cheap again
     for cost in (1e-6, 10.0, 1e-6):
         ckp.costs = ckp.costs.replace(tf=1e-3, tf_busy=1e-3, tb=2e-3, tb_busy=2e-3, tcall=0.0,
-                                      tcall_busy=0.0, tx=0.0, tw=cost, tr=cost,
+                                      tcall_busy=0.0, tx=0.0, tq=0.0, tw=cost, tr=cost,
                                       tier_costs=((cost, cost), (cost, cost)))
         state[:] = 0.5
         ckp.apply_forward()
