@@ -11,7 +11,7 @@ import sys
 from conftest import ROOT
 
 _RUN = """
-import json, sys, threading, time
+import json, os, sys, threading, time
 import numpy as np
 import jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
@@ -20,6 +20,7 @@ from asyncckpt.jax import checkpoint_scan, last_plan
 from experiments.lstm.worker import peak_rss_bytes, reset_peak_rss
 
 budget, carry_bytes, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+storage = sys.argv[4] if len(sys.argv) > 4 else None
 size = carry_bytes // 8
 rng = np.random.default_rng(0)
 u0 = jnp.asarray(rng.standard_normal(size))
@@ -31,14 +32,24 @@ def loss(a, u0, xs):
     def step(u, x):  # closes over a: its cotangent is summed over every step
         u = u + 0.01 * jnp.tanh(u * a + x)
         return u, jnp.sum(u) * x
-    final, ys = checkpoint_scan(step, u0, xs, memory_budget=budget)
+    final, ys = checkpoint_scan(step, u0, xs, memory_budget=budget, storage=storage)
     return jnp.sum(final ** 2) + jnp.sum(ys)
 
-def anon():
+def tmpfs():  # the pages of the files this process holds open on /dev/shm (a RAM tier's)
+    total = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/shm/"):
+                total += os.fstat(int(fd)).st_blocks * 512
+        except OSError:
+            pass
+    return total
+
+def anon():  # anonymous resident memory and a tmpfs tier's pages
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
+                return int(line.split()[1]) * 1024 + tmpfs()
 
 peak, sampling = 0, True
 def sample():  # anonymous resident memory every millisecond
@@ -75,14 +86,16 @@ print(json.dumps({"compiling": compiling, "calls": calls, "interval": plan.inter
 """
 
 
-def run_compiled(budget: str, carry_bytes: int, n: int) -> dict:
+def run_compiled(budget: str, carry_bytes: int, n: int, storage: str | None = None) -> dict:
     """``jax.jit(jax.grad)`` of a tanh recurrence of ``n`` steps whose carry takes
     ``carry_bytes`` (float64), through ``checkpoint_scan(memory_budget=budget)``, compiled and
     called twice in a fresh process: the report's ``compiling`` is the anonymous resident
     growth of tracing and compiling it, ``calls`` that of each call beyond the gradients it
     returns, ``temp`` XLA's temporaries (``memory_analysis``), with the plan's interval, chunk
-    and the checkpointer's budget."""
-    done = subprocess.run([sys.executable, "-c", _RUN, budget, str(carry_bytes), str(n)],
+    and the checkpointer's budget. ``storage``: Level-2's (a tmpfs tier's pages, of the files
+    the process holds open under /dev/shm, are counted with the anonymous memory)."""
+    done = subprocess.run([sys.executable, "-c", _RUN, budget, str(carry_bytes), str(n)]
+                          + ([] if storage is None else [storage]),
                           capture_output=True, text=True, cwd=ROOT, timeout=300,
                           env=dict(os.environ))
     assert done.returncode == 0, done.stderr[-3000:]

@@ -14,7 +14,7 @@ from ..compression import Codec, make_codec
 from ..errors import InvalidTypeError, InvalidValueError
 from ..planning import (DEFAULT_STAGING_BUFFERS, check_int, check_node, codec_threads,
                         engine_buffers, state_bytes)
-from ..storage import open_storage
+from ..storage import open_storage, tiers_of
 from .wire import shared_dtype
 
 __all__ = ["check_carry", "check_compression", "check_interval", "check_leaves", "check_options",
@@ -87,13 +87,19 @@ def check_options(options: dict[str, Any]) -> None:
         check_node(options["l1_node"], f"l1_node={options['l1_node']!r}")
 
 
-def check_storage(storage: Any) -> None:
+def check_storage(storage: Any) -> bool:
     """Level-2 opened once at trace time: a path that cannot be one is refused from the call
     that traces the scan, in asyncckpt's words (the callback that opens a run would have JAX
-    wrap the error in its runtime error, under ``jax.jit`` when the compiled function runs)."""
+    wrap the error in its runtime error, under ``jax.jit`` when the compiled function runs).
+    Whether every tier keeps its states in RAM (``"dram"``, ``"numa:N"``, a tmpfs directory, a
+    backend in process memory): then the budget holds every carry on Level-2, none spills."""
     level2, owned = open_storage(storage)
-    if owned:
-        level2.close()
+    try:
+        return storage is not None and all(tier.holds_process_memory
+                                           for tier in tiers_of(level2))
+    finally:
+        if owned:
+            level2.close()
 
 
 def check_compression(compression: Any, dtypes: list[Any]) -> Codec | None:

@@ -60,7 +60,7 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
     n = scan_length([tuple(leaf.shape) for leaf in xs_leaves], length, "length")
     check_interval(interval)
     check_options(options)
-    check_storage(storage)
+    in_memory = check_storage(storage)
     codec = check_compression(compression,
                               [leaf.dtype for leaf in jax.tree_util.tree_leaves(carry)])
     if reverse:
@@ -81,7 +81,7 @@ def checkpoint_scan(step: Any, carry: Any, xs: Any = None, *, length: int | None
         n, carry_bytes, step_residual_bytes(fn, carry, x0, consts), step_s,
         memory_budget=budget, interval=interval if interval == "auto" else min(interval, n),
         write_bps=RUNS.write_bps or PRIOR_WRITE_BPS, engine_states=engine_states(options, codec),
-        fixed_bytes=fixed_bytes(carry_bytes, consts))
+        fixed_bytes=fixed_bytes(carry_bytes, consts), level2_in_memory=in_memory)
     if compression is not None:
         options["compression"] = compression
     plan = Plan(n, chosen, chunk, tuple(sorted({

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..errors import MemoryBudgetError
 from ..planning import default_budget, engine_buffers, state_bytes
 from . import wire
 from .checks import least_budget
@@ -106,7 +108,7 @@ def step_seconds(fn: Any, carry: Any, x: Any, consts: list[Any]) -> float:
 def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | None, *,
               memory_budget: int | None, interval: int | str = "auto",
               write_bps: float = PRIOR_WRITE_BPS, engine_states: int | None = None,
-              fixed_bytes: int = 0) -> tuple[int, int, int]:
+              fixed_bytes: int = 0, level2_in_memory: bool = False) -> tuple[int, int, int]:
     """The interval, the chunk of a segment's recomputation (``Plan.chunk``; 0: none) and
     the checkpointer's memory budget, for ``n`` steps whose carry takes ``carry_bytes``, whose
     backward keeps ``residual_bytes`` a step and whose forward takes ``step_s`` (needed for
@@ -127,6 +129,10 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
     gets the rest, and at least a carry more than ``engine_states`` (its transfer buffers;
     default ``engine_buffers()``'s): a budget below that, the fixed bytes and the chosen
     segment's is refused (``asyncckpt.jax.checks.least_budget``).
+
+    ``level2_in_memory``: every Level-2 tier keeps its states in RAM, within the budget (none
+    spills): the checkpointer then holds every segment's first carry, and the plan is cut so
+    that they fit beside what the scan holds (:func:`_fit_in_memory`).
     """
     budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
     engine = engine_buffers() if engine_states is None else engine_states
@@ -147,15 +153,23 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
         return min({max(1, guess - 1), guess, min(length, guess + 1)},
                    key=lambda chunk: (memory(length, chunk), chunk))
 
+    if step_s is None and not isinstance(interval, int):
+        raise ValueError("plan_scan needs the step's seconds for interval='auto'")
+    segment_s = SEGMENT_S + carry_bytes / write_bps
+    wanted = 1 if step_s is None else \
+        min(n, max(math.isqrt(n), math.ceil(HIDE * segment_s / max(step_s, 1e-9))))
+    if level2_in_memory:
+        chosen, chunk = _fit_in_memory(
+            n, state_bytes(carry_bytes), left, memory, recomputing, interval,
+            lambda length, chunk: (n * (step_s or 0.0) if chunk else 0.0)
+            + math.ceil(n / min(length, wanted)) * segment_s, budget, fixed_bytes)
+        return chosen, chunk, budget - fixed_bytes - memory(chosen, chunk)
     if isinstance(interval, int):
         chosen = interval
         chunk = 0 if interval * stored <= share else recomputing(interval)
     else:
-        if step_s is None:
-            raise ValueError("plan_scan needs the step's seconds for interval='auto'")
+        assert step_s is not None
         step_s = max(step_s, 1e-9)
-        segment_s = SEGMENT_S + carry_bytes / write_bps
-        wanted = min(n, max(math.isqrt(n), math.ceil(HIDE * segment_s / step_s)))
         # the longest segment whose recomputing backward fits (memory grows with length)
         low = 1
         high = wanted
@@ -174,3 +188,64 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
     held = fixed_bytes + memory(chosen, chunk)
     least = least_budget(budget, carry_bytes, engine, held)
     return chosen, chunk, max(budget - held, least)
+
+
+def _lengths(n: int) -> list[int]:
+    """Every segment length that cuts ``n`` steps into fewer segments than a length one shorter
+    (``ceil(n / s)`` for every count ``s``), shortest first: some 2 sqrt(n) of them."""
+    root = math.isqrt(n)
+    return sorted(set(range(1, min(n, root + 1) + 1))
+                  | {-(-n // count) for count in range(1, root + 2)})
+
+
+def _fit_in_memory(n: int, carry: int, left: int, memory: Callable[[int, int], int],
+                   recomputing: Callable[[int], int], interval: int | str,
+                   seconds: Callable[[int, int], float], budget: int,
+                   fixed: int) -> tuple[int, int]:
+    """The interval and chunk where Level-2 is in RAM within the budget: a segment's backward
+    (``memory``) beside its ``ceil(n / interval)`` first carries of ``carry`` bytes (padded),
+    which the checkpointer keeps in its slots (its least: no transfer buffers) within the
+    ``left`` bytes the scan's fixed ones leave; "auto" the fastest by ``seconds``, then the
+    least memory. None fits: :class:`~asyncckpt.MemoryBudgetError` naming the bytes."""
+    def need(length: int, chunk: int) -> int:
+        return memory(length, chunk) + -(-n // length) * carry
+
+    def fitted(length: int) -> tuple[int, int]:
+        chunk = 0 if need(length, 0) <= left else recomputing(length)
+        return need(length, chunk), chunk
+
+    def least() -> tuple[int, int, int]:
+        """The least bytes any interval needs, its chunk and the interval."""
+        return min((need(length, chunk), chunk, length) for length in _lengths(n)
+                   for chunk in (0, recomputing(length)))
+
+    if isinstance(interval, int):
+        total, chunk = fitted(interval)
+        if total <= left:
+            return interval, chunk
+        fits = [length for length in _lengths(n) if fitted(length)[0] <= left]
+        hint = (f"the shortest interval that fits is {fits[0]}, the longest {fits[-1]}" if fits
+                else f"no interval fits: {fixed + least()[0]} bytes at the least")
+        held = fixed + memory(interval, chunk)
+        raise MemoryBudgetError(
+            f"memory_budget of {budget} bytes cannot hold interval {interval} with Level-2 in "
+            f"RAM (tiers in RAM, tmpfs directories included, count against it): its "
+            f"{-(-n // interval)} carries of {carry} bytes beside the {held} bytes the scan "
+            f"holds need {fixed + total} bytes; {hint}; give another interval, a larger "
+            "budget or a disk tier")
+    options = []
+    for length in _lengths(n):
+        for chunk in {0, recomputing(length)}:
+            if need(length, chunk) <= left:
+                options.append((seconds(length, chunk), need(length, chunk), length, chunk))
+    if not options:
+        total, chunk, length = least()
+        carries = -(-n // length)
+        raise MemoryBudgetError(
+            f"memory_budget of {budget} bytes holds no plan with Level-2 in RAM (tiers in RAM, "
+            f"tmpfs directories included, count against it): the least, segments of {length} "
+            f"steps, needs {fixed + total} bytes, {carries} carries of {carry} bytes on "
+            f"Level-2 beside the {fixed + memory(length, chunk)} bytes the scan holds; give a "
+            "larger budget, or a disk tier")
+    _, _, chosen, chunk = min(options)
+    return chosen, chunk
