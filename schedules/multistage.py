@@ -7,12 +7,14 @@ schedule of Chen et al. (2016), all in Level-1. docs/model.md lists the referenc
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 
 from ._args import check_bool, check_int
-from .actions import Action, Advance, EndReverse, Free, Prefetch, Store, Tier
-from .revolve import forward_then_reverse, optimal_recomputations, reverse_range
+from .actions import Action, Advance, EndReverse, Free, Load, Prefetch, Reverse, Store, Tier
+from .revolve import (CHUNK, Chunks, chained, forward_then_reverse_into,
+                      optimal_recomputations, reverse_range_into)
 
 __all__ = ["AsyncMultistage", "Chen", "last_interval_then_reverse", "reverse_intervals",
            "reverse_stored",
@@ -35,13 +37,30 @@ def reverse_intervals(starts: Sequence[int], snaps: int, taping: bool) -> Iterat
     """Yield the reversal of every interval but the last, newest first: ``starts[k]`` to
     ``starts[k + 1]``, each start on Level-2 and already prefetched (the newest one) or
     prefetched one interval ahead of need, then freed."""
+    return chained(reverse_intervals_into([], starts, snaps, taping))
+
+
+def reverse_intervals_into(out: list[Action], starts: Sequence[int], snaps: int,
+                           taping: bool) -> Chunks:
+    """:func:`reverse_intervals` appended to ``out`` in chunks (see ``schedules.revolve``)."""
+    l2 = Tier.L2
     for k in range(len(starts) - 2, -1, -1):
-        start = starts[k]
+        start, end = starts[k], starts[k + 1]
         if k > 0:
-            yield Prefetch(starts[k - 1])
-        yield from reverse_range(start, starts[k + 1], snaps, {start: Tier.L2}, live=None,
-                                 taping=taping)
-        yield Free(start, Tier.L2)
+            out.append(Prefetch(starts[k - 1]))
+        if end - start == 1:
+            # reverse_range of one step, as it walks it: its start loaded, the step taped
+            out.append(Load(start, l2))
+            if taping:
+                out.append(Advance(start, end))
+            out.append(Reverse(start))
+            if len(out) >= CHUNK:
+                yield out
+                out = []
+        else:
+            out = yield from reverse_range_into(out, start, end, snaps, {start: l2}, None, taping)
+        out.append(Free(start, l2))
+    return out
 
 
 def reverse_stored(starts: Sequence[int], n_steps: int, snaps: int,
@@ -52,10 +71,8 @@ def reverse_stored(starts: Sequence[int], n_steps: int, snaps: int,
     each earlier one an interval ahead of need. A second reverse sweep over one forward sweep,
     or one resumed in a later process, runs this."""
     bounds = [*starts, n_steps]
-    if len(bounds) > 1:
-        yield Prefetch(bounds[-2])
-    yield from reverse_intervals(bounds, snaps, taping)
-    yield EndReverse()
+    head: list[Action] = [Prefetch(bounds[-2])] if len(bounds) > 1 else []
+    return itertools.chain(head, reverse_intervals(bounds, snaps, taping), (EndReverse(),))
 
 
 def last_interval_then_reverse(starts: Sequence[int], n_steps: int, snaps: int,
@@ -63,20 +80,28 @@ def last_interval_then_reverse(starts: Sequence[int], n_steps: int, snaps: int,
     """Yield the last interval, from the live ``u_starts[-1]`` to u_n, laying the Level-1
     checkpoints its reversal needs, then its reversal and every earlier interval's, newest
     first, prefetched one interval ahead."""
+    return chained(last_interval_then_reverse_into([], starts, n_steps, snaps, taping))
+
+
+def last_interval_then_reverse_into(out: list[Action], starts: Sequence[int], n_steps: int,
+                                    snaps: int, taping: bool) -> Chunks:
+    """:func:`last_interval_then_reverse` appended to ``out`` in chunks."""
     last = starts[-1]
     # A last interval of one step never reloads its start under taping: its only reverse step
     # is taped by the forward sweep's last call.
     keep = n_steps - last > 1 or not taping
     if keep:
-        yield Store(last, Tier.L2)
+        out.append(Store(last, Tier.L2))
     ahead: tuple[Prefetch, ...] = (Prefetch(last),) if keep else ()
     if len(starts) > 1:
         ahead += (Prefetch(starts[-2]),)
-    yield from forward_then_reverse(last, n_steps, snaps, {last: Tier.L2}, taping, ahead)
+    out = yield from forward_then_reverse_into(out, last, n_steps, snaps, {last: Tier.L2},
+                                               taping, ahead)
     if keep:
-        yield Free(last, Tier.L2)
-    yield from reverse_intervals(starts, snaps, taping)
-    yield EndReverse()
+        out.append(Free(last, Tier.L2))
+    out = yield from reverse_intervals_into(out, starts, snaps, taping)
+    out.append(EndReverse())
+    return out
 
 
 class AsyncMultistage:
@@ -159,12 +184,20 @@ class AsyncMultistage:
         return range(0, self.n_steps, self.interval)
 
     def __iter__(self) -> Iterator[Action]:
-        n, snaps, taping = self.n_steps, self.l1_slots + 1, self.taping
+        return chained(self._chunks())
+
+    def _chunks(self) -> Chunks:
+        interval, l2 = self.interval, Tier.L2
         starts = self._starts()
+        out: list[Action] = []
         for start in starts[:-1]:
-            yield Store(start, Tier.L2)
-            yield Advance(start, start + self.interval)
-        yield from last_interval_then_reverse(starts, n, snaps, taping)
+            out.append(Store(start, l2))
+            out.append(Advance(start, start + interval))
+            if len(out) >= CHUNK:
+                yield out
+                out = []
+        return (yield from last_interval_then_reverse_into(out, starts, self.n_steps,
+                                                           self.l1_slots + 1, self.taping))
 
 
 class Chen:
@@ -207,17 +240,25 @@ class Chen:
         return len(range(0, self.n_steps, self.segment)) + self.segment - 1
 
     def __iter__(self) -> Iterator[Action]:
-        n, seg, taping = self.n_steps, self.segment, self.taping
+        return chained(self._chunks())
+
+    def _chunks(self) -> Chunks:
+        n, seg, taping, l1 = self.n_steps, self.segment, self.taping, Tier.L1
         starts = range(0, n, seg)
+        out: list[Action] = []
         for start in starts[:-1]:
-            yield Store(start, Tier.L1)
-            yield Advance(start, start + seg)
+            out.append(Store(start, l1))
+            out.append(Advance(start, start + seg))
+            if len(out) >= CHUNK:
+                yield out
+                out = []
         last = starts[-1]
-        yield Store(last, Tier.L1)
-        yield from forward_then_reverse(last, n, n - last, {last: Tier.L1}, taping)
-        yield Free(last, Tier.L1)
+        out.append(Store(last, l1))
+        out = yield from forward_then_reverse_into(out, last, n, n - last, {last: l1}, taping)
+        out.append(Free(last, l1))
         for start in reversed(starts[:-1]):
-            yield from reverse_range(start, start + seg, seg, {start: Tier.L1}, live=None,
-                                     taping=taping)
-            yield Free(start, Tier.L1)
-        yield EndReverse()
+            out = yield from reverse_range_into(out, start, start + seg, seg, {start: l1},
+                                                None, taping)
+            out.append(Free(start, l1))
+        out.append(EndReverse())
+        return out

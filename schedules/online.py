@@ -18,8 +18,8 @@ from typing import Protocol
 from ._args import check_bool, check_int
 from ._errors import InvalidTypeError, InvalidValueError, ScheduleError
 from .actions import Action, Advance, EndForward, EndReverse, Free, Prefetch, Store, Tier
-from .multistage import last_interval_then_reverse, reverse_intervals
-from .revolve import reverse_range
+from .multistage import last_interval_then_reverse, reverse_intervals_into
+from .revolve import Chunks, chained, reverse_range_into
 
 __all__ = ["Decisions", "EveryInterval", "Replay", "OnlineMultistage"]
 
@@ -253,17 +253,22 @@ class OnlineMultistage:
                 break
             store = t - stores[-1] >= self.min_interval and bool(
                 self.decisions.store(t, stores[-1]))
-        # the last interval ran without Level-1 checkpoints: reverse it from its stored start
         self.n_reached = t
+        yield from chained(self._reverse(t, snaps, taping))
+
+    def _reverse(self, n: int, snaps: int, taping: bool) -> Chunks:
+        """The reverse sweep, from u_n: the last interval ran without Level-1 checkpoints, so it
+        is reversed from its stored start, then every earlier interval."""
+        stores = self.stores
         last = stores[-1]
-        yield EndForward()
-        yield Prefetch(last)
+        out: list[Action] = [EndForward(), Prefetch(last)]
         if len(stores) > 1:
-            yield Prefetch(stores[-2])
-        yield from reverse_range(last, t, snaps, {last: Tier.L2}, live=t, taping=taping)
-        yield Free(last, Tier.L2)
-        yield from reverse_intervals(stores, snaps, taping)
-        yield EndReverse()
+            out.append(Prefetch(stores[-2]))
+        out = yield from reverse_range_into(out, last, n, snaps, {last: Tier.L2}, n, taping)
+        out.append(Free(last, Tier.L2))
+        out = yield from reverse_intervals_into(out, stores, snaps, taping)
+        out.append(EndReverse())
+        return out
 
     def _known_end(self, last: int) -> Iterator[Action]:
         """The last interval, from ``last`` to a known u_n: its forward sweep lays the Level-1

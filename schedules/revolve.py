@@ -6,8 +6,9 @@ schedule costs O(number of actions).
 """
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 
 from ._args import check_bool, check_int
 from .actions import Action, Advance, EndForward, EndReverse, Free, Load, Reverse, Store, Tier
@@ -243,6 +244,93 @@ def _loads_kept(n_steps: int, snaps: int, slack: int, taping: bool) -> int:
     return _KEPT[(n_steps, snaps, slack, taping)]
 
 
+#: Actions a schedule builds ahead of its consumer: memory stays bounded at any n, and what a
+#: chunk costs (a list, a generator's resumption) is spread over this many actions.
+CHUNK = 256
+
+#: Memo of :func:`_split` for the ranges a walk meets (an interval's, again and again), cleared
+#: past ``_SPLITS_LIMIT`` entries (some 10 MiB).
+_SPLITS_LIMIT = 1 << 16
+_SPLITS: dict[tuple[int, int], int] = {}
+
+#: What :func:`reverse_range_into` yields: full chunks; it returns the one being filled.
+Chunks = Generator[list[Action], None, list[Action]]
+
+
+def reverse_range_into(out: list[Action], start: int, end: int, snaps: int,
+                       stored: Mapping[int, Tier], live: int | None, taping: bool,
+                       ends_forward: int = -1, then: tuple[Action, ...] = (),
+                       dropped: int = -1) -> Chunks:
+    """Append to ``out`` the actions of :func:`reverse_range`, yielding the list each time it
+    holds :data:`CHUNK` actions and going on in a new one; return the list being filled.
+
+    ``EndForward()`` and ``then`` follow the first advance that reaches ``ends_forward``, and
+    ``Reverse(dropped)`` is left out (see :func:`forward_then_reverse`). One generator walks
+    the whole range, and a split of a range it has seen is looked up: a schedule's actions pass
+    through no nested generators and cost little more than their construction.
+    """
+    append = out.append
+    splits, l1 = _SPLITS, Tier.L1
+    pending = [(start, end, snaps)]  # ranges to reverse, and (step, step, 0): free u_step
+    while pending:
+        a, b, c = pending.pop()
+        if c == 0:
+            append(Free(a, l1))
+            continue
+        while b > a:
+            if live != a:
+                append(Load(a, stored.get(a, l1)))
+                live = a
+            steps = b - a
+            if c == 1 or steps <= 2:
+                advance = steps - 1
+            else:
+                advance = splits.get((steps, c), 0)
+                if not advance:
+                    if len(splits) > _SPLITS_LIMIT:
+                        splits.clear()
+                    advance = splits[steps, c] = _split(steps, c)
+            if advance == steps - 1:
+                # Going to b - 1 needs no checkpoint: the next step is the reverse step's.
+                reached = b if taping else b - 1
+                if reached > a:
+                    append(Advance(a, reached))
+                    if reached == ends_forward:
+                        append(EndForward())
+                        out.extend(then)
+                        ends_forward = -1
+                b -= 1
+                if b != dropped:
+                    append(Reverse(b))
+                live = None
+                if len(out) >= CHUNK:
+                    yield out
+                    out = []
+                    append = out.append
+                continue
+            mid = a + advance
+            append(Advance(a, mid))
+            if mid == ends_forward:
+                append(EndForward())
+                out.extend(then)
+                ends_forward = -1
+            append(Store(mid, l1))
+            pending.append((a, mid, c))
+            pending.append((mid, mid, 0))
+            a, c, live = mid, c - 1, mid
+    return out
+
+
+def chained(chunks: Chunks) -> Iterator[Action]:
+    """The actions of ``chunks`` and of the list it returns, one by one (iterated in C)."""
+    return itertools.chain.from_iterable(_with_last(chunks))
+
+
+def _with_last(chunks: Chunks) -> Iterator[list[Action]]:
+    last = yield from chunks
+    yield last
+
+
 def reverse_range(
     start: int, end: int, snaps: int, stored: Mapping[int, Tier], live: int | None,
     taping: bool = True,
@@ -257,33 +345,18 @@ def reverse_range(
     advance ending at t + 1. The splits are the same: the taping-free cost of a range is its taping
     cost less one step per reverse step, with the same recurrence (see :func:`untaped_forward_steps`).
     """
-    pending: list[tuple[int, int, int] | int] = [(start, end, snaps)]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, int):
-            yield Free(item, Tier.L1)
-            continue
-        a, b, c = item
-        while b > a:
-            if live != a:
-                yield Load(a, stored.get(a, Tier.L1))
-                live = a
-            advance = _split(b - a, c)
-            if advance == b - a - 1:
-                # Going to b - 1 needs no checkpoint: the next step is the reverse step's.
-                reached = b if taping else b - 1
-                if reached > a:
-                    yield Advance(a, reached)
-                yield Reverse(b - 1)
-                live = None
-                b -= 1
-                continue
-            mid = a + advance
-            yield Advance(a, mid)
-            yield Store(mid, Tier.L1)
-            pending.append((a, mid, c))
-            pending.append(mid)
-            a, c, live = mid, c - 1, mid
+    return chained(reverse_range_into([], start, end, snaps, stored, live, taping))
+
+
+def forward_then_reverse_into(out: list[Action], start: int, n_steps: int, snaps: int,
+                              stored: Mapping[int, Tier], taping: bool,
+                              then: tuple[Action, ...] = ()) -> Chunks:
+    """:func:`forward_then_reverse` appended to ``out`` in chunks, as
+    :func:`reverse_range_into` appends."""
+    if taping:
+        return reverse_range_into(out, start, n_steps, snaps, stored, start, True, n_steps, then)
+    return reverse_range_into(out, start, n_steps + 1, snaps, stored, start, False, n_steps,
+                              then, n_steps)
 
 
 def forward_then_reverse(
@@ -298,20 +371,7 @@ def forward_then_reverse(
     whose last reverse step, of the fictitious step n, is dropped, so the optimal taping-free
     schedule is Revolve's for n + 1 steps, shifted by one step.
     """
-    end = n_steps if taping else n_steps + 1
-    actions = reverse_range(start, end, snaps, stored, live=start, taping=taping)
-    if not taping:
-        actions = _without(actions, Reverse(n_steps))
-    return mark_end_forward(actions, n_steps, then)
-
-
-def _without(actions: Iterator[Action], dropped: Action) -> Iterator[Action]:
-    """Yield ``actions`` less the first one equal to ``dropped`` (which occurs once)."""
-    for action in actions:
-        if action == dropped:
-            break
-        yield action
-    yield from actions
+    return chained(forward_then_reverse_into([], start, n_steps, snaps, stored, taping, then))
 
 
 def mark_end_forward(
@@ -389,7 +449,11 @@ class Revolve:
                 "taping": self.taping}
 
     def __iter__(self) -> Iterator[Action]:
-        yield Store(0, Tier.L1)
-        yield from forward_then_reverse(0, self.n_steps, self.snaps, {0: Tier.L1}, self.taping)
-        yield Free(0, Tier.L1)
-        yield EndReverse()
+        return chained(self._chunks())
+
+    def _chunks(self) -> Chunks:
+        out: list[Action] = [Store(0, Tier.L1)]
+        out = yield from forward_then_reverse_into(out, 0, self.n_steps, self.snaps,
+                                                   {0: Tier.L1}, self.taping)
+        out += (Free(0, Tier.L1), EndReverse())
+        return out
