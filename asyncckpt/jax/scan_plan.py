@@ -125,14 +125,14 @@ def plan_scan(n: int, carry_bytes: int, residual_bytes: int, step_s: float | Non
     steps as the share's square over four carries' and residuals' bytes (a carry a step
     holds a share over two carries). A given interval recomputes where its steps' residuals
     do not fit that share. ``fixed_bytes``: what the scan holds whatever the plan
-    (:func:`asyncckpt.jax.held.fixed_bytes`), taken off the budget first. The checkpointer
+    (``asyncckpt.jax.held.fixed_bytes``), taken off the budget first. The checkpointer
     gets the rest, and at least a carry more than ``engine_states`` (its transfer buffers;
     default ``engine_buffers()``'s): a budget below that, the fixed bytes and the chosen
     segment's is refused (``asyncckpt.jax.checks.least_budget``).
 
     ``level2_in_memory``: every Level-2 tier keeps its states in RAM, within the budget (none
     spills): the checkpointer then holds every segment's first carry, and the plan is cut so
-    that they fit beside what the scan holds (:func:`_fit_in_memory`).
+    that they fit beside what the scan holds (``_fit_in_memory``).
     """
     budget = default_budget(carry_bytes) if memory_budget is None else memory_budget
     engine = engine_buffers() if engine_states is None else engine_states

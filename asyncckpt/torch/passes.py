@@ -20,7 +20,7 @@ __all__ = ["PASSES", "Passes", "activation_shapes", "meta_pass"]
 
 def activation_shapes(layers: Sequence[Any], input: torch.Tensor) -> list[tuple[Any, Any]]:
     """(shape, dtype) of the input of each layer and of the last one's output, from a pass
-    that runs each layer once on its input (:func:`meta_pass`)."""
+    that runs each layer once on its input (the stack's first pass, ``meta_pass``)."""
     return meta_pass(layers, input)[0]
 
 
