@@ -20,19 +20,26 @@ def bound(budget: int) -> float:
     return budget * 1.01 + 4 * MiB
 
 
+def against_plain(workload: str, budget: int, tmp_path, **sizes: int) -> tuple[dict, dict]:
+    """The reports of one call under ``memory_budget=budget`` and of plain autograd, each in a
+    process of its own, once their parameters' gradients are found equal bit for bit."""
+    report = run_torch_in_process(workload, options={"memory_budget": budget},
+                                  grads_path=str(tmp_path / "ours.pt"), **sizes)
+    plain = run_torch_in_process(workload, plain=True, grads_path=str(tmp_path / "plain.pt"),
+                                 **sizes)
+    ours, reference = torch.load(tmp_path / "ours.pt"), torch.load(tmp_path / "plain.pt")
+    assert all(a.numpy().tobytes() == b.numpy().tobytes() for a, b in zip(ours, reference))
+    return report, plain
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="peak resident set from /proc")
 def test_a_scans_first_call_stays_within_its_budget(tmp_path):
     # the first call imported sympy through torch.autograd.grad's shape check (38 MiB) and
     # planned a segment's graph at what autograd saves alone: 48 MiB under 8 MiB
     budget = 8 * MiB
-    report = run_torch_in_process("gru", options={"memory_budget": budget}, calls=1,
-                                  grads_path=str(tmp_path / "ours.pt"), **GRU)
-    plain = run_torch_in_process("gru", plain=True, grads_path=str(tmp_path / "plain.pt"),
-                                 **GRU)
+    report, plain = against_plain("gru", budget, tmp_path, **GRU)
     assert report["calls"][0] <= bound(budget), report
     assert report["calls"][0] < plain["calls"][0]
-    ours, reference = torch.load(tmp_path / "ours.pt"), torch.load(tmp_path / "plain.pt")
-    assert all(a.numpy().tobytes() == b.numpy().tobytes() for a, b in zip(ours, reference))
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="peak resident set from /proc")
@@ -67,13 +74,8 @@ def test_a_stack_of_convolutions_is_refused_below_one_layers_backward():
 def test_a_stack_of_convolutions_stays_within_its_budget(tmp_path):
     # the same plan as at 48 MiB (5 slots, 4-layer segments) grew 57.8 MiB under 52 MiB
     budget = 52 * MiB
-    report = run_torch_in_process("cnn", options={"memory_budget": budget},
-                                  grads_path=str(tmp_path / "ours.pt"), **CNN)
-    plain = run_torch_in_process("cnn", plain=True, grads_path=str(tmp_path / "plain.pt"),
-                                 **CNN)
+    report, _ = against_plain("cnn", budget, tmp_path, **CNN)
     assert report["calls"][0] <= bound(budget), report
-    ours, reference = torch.load(tmp_path / "ours.pt"), torch.load(tmp_path / "plain.pt")
-    assert all(a.numpy().tobytes() == b.numpy().tobytes() for a, b in zip(ours, reference))
 
 
 def test_the_first_pass_holds_no_layers_graph_after_it():
@@ -102,10 +104,5 @@ def test_a_stack_adds_its_parameters_gradients_into_grad_as_it_goes(tmp_path, bu
     # the backward returned every parameter's gradient at once beside .grad (40 MiB for this
     # stack) whatever the budget, where torch's checkpoint adds them in one layer at a time
     budget = budget_mib * MiB
-    report = run_torch_in_process("mlp", options={"memory_budget": budget},
-                                  grads_path=str(tmp_path / "ours.pt"), **MLP)
-    plain = run_torch_in_process("mlp", plain=True, grads_path=str(tmp_path / "plain.pt"),
-                                 **MLP)
+    report, _ = against_plain("mlp", budget, tmp_path, **MLP)
     assert report["calls"][0] <= bound(budget), report
-    ours, reference = torch.load(tmp_path / "ours.pt"), torch.load(tmp_path / "plain.pt")
-    assert all(a.numpy().tobytes() == b.numpy().tobytes() for a, b in zip(ours, reference))
